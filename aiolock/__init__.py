@@ -1,0 +1,23 @@
+"""aiolock: asyncio-native distributed locks on Redis.
+
+Redlock across N independent nodes (or a single-instance lock on one), background
+renewal that cancels the holder when a lock is lost, and typed errors that tell
+contention from outage. See ``LockManager``.
+"""
+
+from ._errors import LockError, LockLost, LockNotOwned, LockTimeout, QuorumError
+from ._lock import Lock
+from ._manager import LockManager
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "Lock",
+    "LockError",
+    "LockLost",
+    "LockManager",
+    "LockNotOwned",
+    "LockTimeout",
+    "QuorumError",
+    "__version__",
+]

@@ -1,0 +1,7 @@
+"""``python -m aiolock``."""
+
+import sys
+
+from ._cli import main
+
+sys.exit(main())

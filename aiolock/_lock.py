@@ -1,0 +1,365 @@
+"""The Lock handle: acquire / release / extend / owned / remaining and ``async with``."""
+
+from __future__ import annotations
+
+import math
+import random
+import secrets
+from types import TracebackType
+from typing import TYPE_CHECKING, Final
+
+import anyio
+
+from ._errors import LockLost, LockNotOwned, LockTimeout, QuorumError
+from ._quorum import Votes
+
+if TYPE_CHECKING:
+    from ._manager import LockManager
+    from ._renewal import Renewal
+
+__all__ = ["Lock", "check_name", "check_timeout", "check_ttl"]
+
+#: Token size in bytes: 160 bits from ``secrets``, unguessable and never logged.
+TOKEN_BYTES: Final = 20
+
+
+class _Default:
+    """Marker for "use the lock's own timeout"."""
+
+    def __repr__(self) -> str:
+        return "<lock's timeout>"
+
+
+_DEFAULT: Final = _Default()
+
+
+def check_ttl(ttl: object, node_timeout: float, what: str = "ttl") -> float:
+    """Validate a ttl (seconds) before any I/O."""
+    if isinstance(ttl, bool) or not isinstance(ttl, int | float):
+        raise TypeError(f"{what} must be a number of seconds, not {type(ttl).__name__}")
+    ttl = float(ttl)
+    if not math.isfinite(ttl) or ttl <= 0:
+        raise ValueError(f"{what} must be a finite number of seconds > 0, got {ttl!r}")
+    if node_timeout >= ttl:
+        raise ValueError(
+            f"{what} ({ttl:g}s) must be greater than the manager's node_timeout "
+            f"({node_timeout:g}s): every lock would expire while being acquired"
+        )
+    return ttl
+
+
+def check_timeout(timeout: object) -> float | None:
+    """Validate a timeout: ``None`` (wait forever) or a number of seconds >= 0."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise TypeError(
+            f"timeout must be None or a number of seconds, not {type(timeout).__name__}"
+        )
+    timeout = float(timeout)
+    if math.isnan(timeout) or timeout < 0:
+        raise ValueError(f"timeout must be None or >= 0, got {timeout!r}")
+    return None if math.isinf(timeout) else timeout
+
+
+def check_name(name: object) -> str:
+    """Validate a lock name: a non-empty string."""
+    if not isinstance(name, str):
+        raise TypeError(f"a lock name must be a str, not {type(name).__name__}")
+    if not name:
+        raise ValueError("a lock name must not be empty")
+    return name
+
+
+class Lock:
+    """A handle on one distributed lock; created by :meth:`LockManager.lock`.
+
+    The lock is owned by the handle, not by a task: it may be released from another
+    task. One handle holds the lock at most once at a time.
+    """
+
+    __slots__ = (
+        "_acquiring",
+        "_auto_renew",
+        "_expires_at",
+        "_fencing_token",
+        "_key",
+        "_manager",
+        "_max_hold",
+        "_name",
+        "_renewal",
+        "_scope",
+        "_timeout",
+        "_token",
+        "_ttl",
+    )
+
+    def __init__(
+        self,
+        manager: LockManager,
+        name: str,
+        *,
+        ttl: float,
+        timeout: float | None,
+        auto_renew: bool,
+        max_hold: float | None = None,
+    ) -> None:
+        self._manager = manager
+        self._max_hold = max_hold
+        self._name = name
+        self._key = manager._key(name)
+        self._ttl = ttl
+        self._timeout = timeout
+        self._auto_renew = auto_renew
+        self._token: bytes | None = None
+        self._expires_at = 0.0
+        self._fencing_token: int | None = None
+        self._acquiring = False
+        self._renewal: Renewal | None = None
+        self._scope: anyio.CancelScope | None = None
+
+    def __repr__(self) -> str:
+        state = f"held, {self.remaining():.3f}s left" if self.owned else "not held"
+        return f"<Lock {self._name!r} ttl={self._ttl:g} {state}>"
+
+    # -- properties -----------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The lock's name (without the manager's prefix)."""
+        return self._name
+
+    @property
+    def ttl(self) -> float:
+        """Time to live of each acquisition and renewal, in seconds."""
+        return self._ttl
+
+    @property
+    def timeout(self) -> float | None:
+        """Default time :meth:`acquire` waits; ``None`` waits forever."""
+        return self._timeout
+
+    @property
+    def auto_renew(self) -> bool:
+        """Whether the lock is extended in the background while held."""
+        return self._auto_renew
+
+    @property
+    def max_hold(self) -> float | None:
+        """Longest time the renewal keeps the lock; ``None`` for no limit."""
+        return self._max_hold
+
+    @property
+    def owned(self) -> bool:
+        """Held, with validity left (no I/O)."""
+        return self._token is not None and self.remaining() > 0.0
+
+    @property
+    def fencing_token(self) -> int | None:
+        """The fencing token of the current acquisition; ``None`` when not held."""
+        return self._fencing_token if self._token is not None else None
+
+    def remaining(self) -> float:
+        """Seconds of validity left, from a monotonic clock; ``0.0`` when not held."""
+        if self._token is None:
+            return 0.0
+        renewal = self._renewal
+        if renewal is not None and renewal.lost is not None:
+            return 0.0
+        left: float = self._expires_at - self._manager._clock()
+        return left if left > 0.0 else 0.0
+
+    @property
+    def lost(self) -> LockLost | None:
+        """Why the lock was lost by the background renewal, if it was; else ``None``."""
+        renewal = self._renewal
+        return renewal.lost if renewal is not None else None
+
+    async def wait_lost(self) -> LockLost:
+        """Wait until the renewal gives up on the held lock; return the ``LockLost``.
+
+        Returns at once if it was already lost. Raises :class:`LockNotOwned` when the
+        lock is not held with ``auto_renew`` (nothing would ever be reported).
+        """
+        renewal = self._renewal
+        if renewal is None:
+            raise LockNotOwned(f"lock {self._name!r} is not held with auto_renew")
+        return await renewal.wait_lost()
+
+    # -- acquire ----------------------------------------------------------------------
+
+    async def acquire(self, *, timeout: float | _Default | None = _DEFAULT) -> bool:  # noqa: ASYNC109
+        """Acquire the lock, waiting up to ``timeout`` seconds (default: the lock's).
+
+        ``timeout=None`` waits forever, ``timeout=0`` tries once. Returns ``True`` when
+        held, ``False`` when the time is up; no key is left behind on any node then.
+        Raises :class:`QuorumError` when too many nodes fail for a quorum to be
+        possible, rather than waiting for them.
+        """
+        wait = self._timeout if isinstance(timeout, _Default) else check_timeout(timeout)
+        if self._acquiring:
+            raise RuntimeError(f"lock {self._name!r}: acquire() already in progress on this handle")
+        if self._token is not None:
+            if self.owned:
+                raise RuntimeError(f"lock {self._name!r} is already held by this handle")
+            self._clear()
+        manager = self._manager
+        manager._check_open()
+        quorum = manager._quorum
+        clock = manager._clock
+        deadline = math.inf if wait is None else clock() + wait
+        token = secrets.token_bytes(TOKEN_BYTES)
+        self._acquiring = True
+        try:
+            tries = 0
+            while True:
+                attempt = await quorum.acquire(self._key, token, self._ttl)
+                if attempt.expires_at is not None:
+                    self._token = token
+                    self._expires_at = attempt.expires_at
+                    if self._auto_renew:
+                        self._renewal = manager._renewer.start(self)
+                    return True
+                if attempt.votes.outage:
+                    raise self._quorum_error("acquire", attempt.votes)
+                left = deadline - clock()
+                if left <= 0:
+                    return False
+                tries += 1
+                await anyio.sleep(min(left, _retry_delay(tries)))
+        finally:
+            self._acquiring = False
+
+    # -- release / extend ---------------------------------------------------------------
+
+    async def release(self) -> None:
+        """Release the lock on every node.
+
+        Completes even if the calling task is cancelled meanwhile (the cancellation
+        is re-raised after). Raises :class:`LockNotOwned` if the lock was no longer
+        held (expired, taken over, never acquired), :class:`QuorumError` if too many
+        nodes failed to confirm.
+        """
+        token = self._token
+        if token is None:
+            raise LockNotOwned(f"lock {self._name!r} is not held")
+        self._stop_renewal()
+        expired = self.remaining() <= 0.0
+        quorum = self._manager._quorum
+        try:
+            votes = await quorum.release(self._key, token)
+        finally:
+            self._clear()
+        if expired:
+            raise LockNotOwned(f"lock {self._name!r} had expired before release")
+        if votes.won:
+            return
+        if votes.no > quorum.n - quorum.quorum:
+            raise LockNotOwned(
+                f"lock {self._name!r} was not held any more on a majority of nodes "
+                "(taken over or deleted)"
+            )
+        raise self._quorum_error("release", votes)
+
+    async def extend(self, ttl: float | None = None) -> None:
+        """Reset the lock's validity to ``ttl`` seconds (default: the lock's ttl).
+
+        Never re-creates an expired lock. Raises :class:`LockNotOwned` when the lock
+        was not held (it is then released wherever it remained), and
+        :class:`QuorumError` when too many nodes failed (the lock stays held until
+        its current validity runs out).
+        """
+        manager = self._manager
+        new_ttl = self._ttl if ttl is None else check_ttl(ttl, manager.node_timeout)
+        token = self._token
+        if token is None:
+            raise LockNotOwned(f"lock {self._name!r} is not held")
+        if self.remaining() <= 0.0:
+            await self._drop(token)
+            raise LockNotOwned(f"lock {self._name!r} had expired; it is not re-created")
+        quorum = manager._quorum
+        votes, expires_at = await quorum.extend(self._key, token, new_ttl)
+        if expires_at is not None:
+            if self._token is token:
+                self._expires_at = expires_at
+            return
+        if votes.no > quorum.n - quorum.quorum:
+            await self._drop(token)
+            raise LockNotOwned(
+                f"lock {self._name!r} was not held any more on a majority of nodes "
+                "(taken over or deleted)"
+            )
+        raise self._quorum_error("extend", votes)
+
+    # -- async with -------------------------------------------------------------------
+
+    async def __aenter__(self) -> Lock:
+        if not await self.acquire():
+            raise LockTimeout(f"lock {self._name!r} not acquired within {self._timeout}s")
+        if self._renewal is not None:
+            # The renewal cancels this scope when the lock is lost, which stops the body.
+            scope = anyio.CancelScope()
+            scope.__enter__()
+            self._scope = scope
+            self._renewal.on_lost(scope.cancel)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        scope, self._scope = self._scope, None
+        # The scope swallows its own cancellation (returns True): the renewal cancelled
+        # the body because the lock was lost.
+        suppressed = bool(scope.__exit__(exc_type, exc, tb)) if scope is not None else False
+        # A cancellation from elsewhere (or KeyboardInterrupt) is never replaced.
+        foreign = exc_type is not None and not suppressed and not issubclass(exc_type, Exception)
+        lost = self.lost
+        if lost is not None:
+            if self._token is not None:
+                await self._drop(self._token)
+            if foreign:
+                return False
+            raise lost
+        try:
+            await self.release()
+        except (LockNotOwned, QuorumError):
+            if foreign:
+                return False
+            raise
+        return False
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _clear(self) -> None:
+        self._stop_renewal()
+        self._token = None
+        self._expires_at = 0.0
+        self._fencing_token = None
+
+    def _stop_renewal(self) -> None:
+        renewal = self._renewal
+        if renewal is not None:
+            renewal.stop()
+
+    async def _drop(self, token: bytes) -> None:
+        """Forget the lock and delete it wherever it may remain (shielded)."""
+        self._clear()
+        await self._manager._quorum.release(self._key, token)
+
+    def _quorum_error(self, what: str, votes: Votes) -> QuorumError:
+        quorum = self._manager._quorum
+        errors = votes.errors(quorum.nodes)
+        detail = "; ".join(str(e) or type(e).__name__ for e in errors.values())
+        return QuorumError(
+            f"{what} of lock {self._name!r}: {len(errors)} of {quorum.n} nodes failed, "
+            f"a quorum needs {quorum.quorum}: {detail}",
+            errors,
+        )
+
+
+def _retry_delay(tries: int) -> float:
+    """Jittered, growing pause between acquire attempts, 1 ms up to 50 ms."""
+    return random.uniform(0.5, 1.0) * min(0.001 * 2.0**tries, 0.05)

@@ -1,0 +1,196 @@
+"""LockManager: the nodes, their connections and the shared background machinery."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterable
+from types import TracebackType
+from typing import Final
+
+import anyio
+
+from ._lock import Lock, check_name, check_timeout, check_ttl
+from ._node import Node, NodeSpec, node_key, node_name
+from ._quorum import SCRIPTS, Quorum
+from ._renewal import Renewer
+
+__all__ = ["LockManager"]
+
+#: How long ``async with LockManager(...)`` waits for the first connections.
+CONNECT_TIMEOUT: Final = 2.0
+
+
+def _check_number(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{what} must be a number, not {type(value).__name__}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{what} must be finite, got {number!r}")
+    return number
+
+
+class LockManager:
+    """Distributed locks over one Redis node or a Redlock quorum of N nodes.
+
+    ``nodes`` are Redis URLs (``redis://``, ``rediss://``, ``unix://``) or
+    ``redis.asyncio.Redis`` clients. With N nodes a lock is held when a majority
+    (``N // 2 + 1``) granted it. Nodes that are down count as failed votes and may
+    come back later; clients passed in are not closed by the manager.
+
+    Use it as ``async with LockManager(...) as locks:``, or call :meth:`aclose`.
+    """
+
+    def __init__(
+        self,
+        nodes: Iterable[NodeSpec],
+        *,
+        prefix: str = "aiolock:",
+        drift_factor: float = 0.01,
+        node_timeout: float = 0.05,
+    ) -> None:
+        if isinstance(nodes, str | bytes) or not isinstance(nodes, Iterable):
+            raise TypeError(
+                "nodes must be a sequence of Redis URLs or redis.asyncio.Redis clients, "
+                f"not {type(nodes).__name__}"
+            )
+        specs = list(nodes)
+        if not specs:
+            raise ValueError("nodes must not be empty")
+        seen: dict[tuple[object, ...], NodeSpec] = {}
+        for spec in specs:
+            key = node_key(spec)
+            if key in seen:
+                raise ValueError(
+                    f"duplicate node: {node_name(spec)} is the same server as "
+                    f"{node_name(seen[key])} (it would fake a quorum)"
+                )
+            seen[key] = spec
+        if not isinstance(prefix, str):
+            raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
+        drift_factor = _check_number(drift_factor, "drift_factor")
+        if not 0 <= drift_factor < 1:
+            raise ValueError(f"drift_factor must be in [0, 1), got {drift_factor!r}")
+        node_timeout = _check_number(node_timeout, "node_timeout")
+        if node_timeout <= 0:
+            raise ValueError(f"node_timeout must be > 0, got {node_timeout!r}")
+
+        self._prefix = prefix
+        self._prefix_bytes = prefix.encode()
+        self._drift_factor = drift_factor
+        self._node_timeout = node_timeout
+        self._clock: Callable[[], float] = time.monotonic
+        self._nodes = [Node(spec, request_timeout=node_timeout, scripts=SCRIPTS) for spec in specs]
+        self._quorum = Quorum(
+            self._nodes,
+            node_timeout=node_timeout,
+            drift_factor=drift_factor,
+            clock=self._clock,
+        )
+        self._renewer = Renewer(self)
+        self._closed = False
+
+    def __repr__(self) -> str:
+        names = ", ".join(node.name for node in self._nodes)
+        return f"<LockManager [{names}] quorum={self._quorum.quorum}>"
+
+    # -- configuration ----------------------------------------------------------------
+
+    @property
+    def nodes(self) -> tuple[NodeSpec, ...]:
+        """The nodes as given (URLs or clients)."""
+        return tuple(node.spec for node in self._nodes)
+
+    @property
+    def quorum(self) -> int:
+        """How many nodes must agree: ``len(nodes) // 2 + 1``."""
+        return self._quorum.quorum
+
+    @property
+    def prefix(self) -> str:
+        """Prefix of every key and channel the manager touches."""
+        return self._prefix
+
+    @property
+    def drift_factor(self) -> float:
+        """Clock drift allowance, as a fraction of the ttl."""
+        return self._drift_factor
+
+    @property
+    def node_timeout(self) -> float:
+        """Budget of one request to one node, in seconds."""
+        return self._node_timeout
+
+    # -- primitives -------------------------------------------------------------------
+
+    def lock(
+        self,
+        name: str,
+        *,
+        ttl: float = 30.0,
+        timeout: float | None = None,
+        auto_renew: bool = True,
+        max_hold: float | None = None,
+    ) -> Lock:
+        """An unacquired handle on the lock ``name``. Cheap; no I/O.
+
+        ``ttl``: validity of each acquisition and renewal (seconds). ``timeout``:
+        how long ``acquire()`` and ``async with`` wait (``None``: forever).
+        ``auto_renew``: extend in the background while held; a lock that cannot be
+        kept is reported lost. ``max_hold``: stop renewing (the lock is lost) after
+        this many seconds held.
+        """
+        name = check_name(name)
+        ttl = check_ttl(ttl, self._node_timeout)
+        timeout = check_timeout(timeout)
+        if max_hold is not None:
+            max_hold = check_ttl(max_hold, 0.0, "max_hold")
+        return Lock(
+            self, name, ttl=ttl, timeout=timeout, auto_renew=bool(auto_renew), max_hold=max_hold
+        )
+
+    # -- life cycle -------------------------------------------------------------------
+
+    async def __aenter__(self) -> LockManager:
+        self._check_open()
+        # Connect up front so that the first lock is fast; nodes that are down do
+        # not fail this (they are retried on use).
+        with anyio.move_on_after(CONNECT_TIMEOUT):
+            async with anyio.create_task_group() as tg:
+                for node in self._nodes:
+                    tg.start_soon(node.connect)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop background work and close every connection the manager opened."""
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            await self._renewer.aclose()
+            for node in self._nodes:
+                await node.aclose()
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` was called."""
+        return self._closed
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the lock manager is closed")
+
+    def _key(self, name: str) -> bytes:
+        # The name is a hash tag, so that every key of one lock maps to one slot of a
+        # Redis Cluster.
+        return b"%s{%s}" % (self._prefix_bytes, name.encode())

@@ -1,0 +1,399 @@
+"""One Redis node: the only module that talks to redis.
+
+A lock cycle is a handful of tiny commands, so the cost per command of the client
+decides the speed of the library. Instead of redis-py's pooled client (pool checkout,
+retry wrapper and response callbacks on every call) each node keeps **one long-lived
+connection** on which requests are written at once and replies are matched to
+requests in order, parsed by hiredis straight from ``data_received``: no task, no
+future and no lock per request.
+
+redis-py still does what it does well: URL parsing, connecting, TLS, AUTH/ACL and
+SELECT are done by a :class:`redis.asyncio.Connection`, whose transport is then taken
+over by :class:`_ReplyProtocol`.
+
+One ordered connection per node also means that a release written before another
+task's acquire reaches the node first, and that a clean-up written after a timed-out
+request runs after it on the node.
+
+Requests never raise: every outcome, reply or failure, is handed to the request's
+callback. Failures are exceptions passed as values (``ConnectionError``,
+``TimeoutError``, a :class:`redis.exceptions.ResponseError` subclass, ...).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any, Final, cast
+from urllib.parse import urlsplit, urlunsplit
+
+import hiredis
+
+# redis-py's own parser turns an error reply into the matching exception class
+# (NoScriptError, ReadOnlyError, NoPermissionError, AuthenticationError, ...).
+from redis._parsers.base import BaseParser
+from redis.asyncio import Redis
+from redis.asyncio.connection import AbstractConnection, Connection, parse_url
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+
+__all__ = ["Callback", "Node", "NodeSpec", "Script", "node_key", "pack"]
+
+NodeSpec = str | Redis
+Callback = Callable[[Any], None]
+pack: Final = cast(Callable[[tuple[bytes, ...]], bytes], hiredis.pack_command)
+
+#: How long a node may leave its oldest request unanswered before the connection is
+#: considered stalled (a hung or blackholed node) and reset, at the least.
+MIN_STALL_TIMEOUT: Final = 1.0
+#: Reconnect back-off after a failed connect: doubles from the first to the last.
+BACKOFF_FIRST: Final = 0.05
+BACKOFF_MAX: Final = 1.0
+
+
+class Script:
+    """A Lua script with its SHA1, run with EVALSHA and re-sent with EVAL on NOSCRIPT."""
+
+    __slots__ = ("sha", "source")
+
+    def __init__(self, source: bytes) -> None:
+        self.source = source
+        # SHA1 names the script for EVALSHA; it is not used for security.
+        self.sha = hashlib.sha1(source, usedforsecurity=False).hexdigest().encode()
+
+
+def _display_url(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def _connection_kwargs(spec: NodeSpec) -> tuple[type[AbstractConnection], dict[str, Any]]:
+    if isinstance(spec, str):
+        kwargs: dict[str, Any] = dict(parse_url(spec))
+        cls = kwargs.pop("connection_class", Connection)
+    else:
+        pool = spec.connection_pool
+        kwargs = dict(pool.connection_kwargs)
+        cls = pool.connection_class
+    # Our replies are parsed as RESP2 by our own reader; redis-py must not retry a
+    # connect for seconds either: the node's back-off below decides when to retry.
+    kwargs["protocol"] = 2
+    kwargs["retry"] = Retry(NoBackoff(), 0)
+    return cls, kwargs
+
+
+def node_key(spec: NodeSpec) -> tuple[object, ...]:
+    """What identifies a node's server, to reject duplicate nodes (a fake quorum)."""
+    if not isinstance(spec, str | Redis):
+        raise TypeError(
+            f"a node must be a Redis URL (str) or a redis.asyncio.Redis client, "
+            f"not {type(spec).__name__}"
+        )
+    _cls, kwargs = _connection_kwargs(spec)
+    if "path" in kwargs:
+        return ("unix", kwargs["path"], kwargs.get("db", 0))
+    host = str(kwargs.get("host", "localhost")).lower()
+    if host == "localhost":
+        host = "127.0.0.1"
+    return ("tcp", host, int(kwargs.get("port", 6379)), int(kwargs.get("db", 0) or 0))
+
+
+def node_name(spec: NodeSpec) -> str:
+    """A readable name of the node for messages: its URL without the password."""
+    if isinstance(spec, str):
+        return _display_url(spec)
+    kwargs = spec.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}"
+    return f"redis://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+class _ReplyProtocol(asyncio.Protocol):
+    """Feeds the bytes of a taken-over transport to its node's reply reader."""
+
+    __slots__ = ("_node",)
+
+    def __init__(self, node: Node) -> None:
+        self._node = node
+
+    def data_received(self, data: bytes) -> None:
+        self._node._on_data(self, data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._node._on_lost(self, exc)
+
+
+# A request waiting for its reply: (callback, script or None, args after the script's
+# name, monotonic time it was written).
+_Pending = tuple[Callback, Script | None, tuple[bytes, ...], float]
+# A request waiting for a connection: (packed bytes, callback, script, args, deadline).
+_Queued = tuple[bytes, Callback, Script | None, tuple[bytes, ...], float]
+
+
+class Node:
+    """A connection to one Redis node with pipelined, callback-based requests.
+
+    ``spec`` is what the user gave (URL or client); the node only borrows a client's
+    settings to open its own connection and never closes the client.
+    """
+
+    def __init__(
+        self,
+        spec: NodeSpec,
+        *,
+        request_timeout: float,
+        connect_timeout: float = 2.0,
+        scripts: tuple[Script, ...] = (),
+    ) -> None:
+        self.spec = spec
+        self.name = node_name(spec)
+        cls, kwargs = _connection_kwargs(spec)
+        kwargs.setdefault("socket_connect_timeout", connect_timeout)
+        if kwargs.get("socket_timeout") is None:
+            kwargs["socket_timeout"] = connect_timeout
+        self._connection_class = cls
+        self._connection_kwargs = kwargs
+        self._request_timeout = request_timeout
+        self._connect_timeout = connect_timeout
+        self._stall_timeout = max(MIN_STALL_TIMEOUT, 20 * request_timeout)
+        self._scripts = scripts
+
+        self._transport: asyncio.Transport | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._protocol: _ReplyProtocol | None = None
+        self._reader = hiredis.Reader()
+        self._pending: deque[_Pending] = deque()
+        self._queued: list[_Queued] = []
+        self._connecting: asyncio.Task[None] | None = None
+        self._retry_at = 0.0
+        self._backoff = BACKOFF_FIRST
+        self._last_error: Exception = RedisConnectionError(f"{self.name}: not connected yet")
+        self._closed = False
+
+    def __repr__(self) -> str:
+        state = "connected" if self._transport is not None else "disconnected"
+        return f"<Node {self.name} {state}>"
+
+    @property
+    def connected(self) -> bool:
+        """Whether the node has a live connection right now."""
+        return self._transport is not None
+
+    # -- requests ---------------------------------------------------------------
+
+    def call(self, args: tuple[bytes, ...], callback: Callback) -> None:
+        """Send one command; ``callback`` gets the reply or an exception."""
+        self._send(pack(args), callback, None, args)
+
+    def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None:
+        """Run ``script`` with ``args`` (numkeys, keys, argv) via EVALSHA."""
+        self._send(pack((b"EVALSHA", script.sha, *args)), callback, script, args)
+
+    def _send(
+        self, packed: bytes, callback: Callback, script: Script | None, args: tuple[bytes, ...]
+    ) -> None:
+        transport = self._transport
+        now = time.monotonic()
+        if transport is not None:
+            pending = self._pending
+            if pending and now - pending[0][3] > self._stall_timeout:
+                self._reset(TimeoutError(f"{self.name}: no reply for {self._stall_timeout:.2f}s"))
+            else:
+                transport.write(packed)
+                pending.append((callback, script, args, now))
+                return
+        if self._closed:
+            callback(RedisConnectionError(f"{self.name}: the lock manager is closed"))
+            return
+        if self._connecting is None:
+            if now < self._retry_at:
+                # Back-off after a failed connect: fail fast, the node counts as a
+                # failed vote until it may be tried again.
+                callback(self._last_error)
+                return
+            self._connecting = asyncio.get_running_loop().create_task(self._connect())
+        self._queued.append((packed, callback, script, args, now + self._request_timeout))
+
+    # -- connection -------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Connect now (if not yet connected), without raising on failure."""
+        if self._transport is not None or self._closed:
+            return
+        if self._connecting is None:
+            self._connecting = asyncio.get_running_loop().create_task(self._connect())
+        await asyncio.shield(self._connecting)
+
+    async def _connect(self) -> None:
+        try:
+            transport, writer = await self._open()
+        except Exception as exc:  # every failure is a failed vote, never a crash
+            self._connecting = None
+            self._last_error = _as_connection_error(self.name, exc)
+            self._retry_at = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, BACKOFF_MAX)
+            queued, self._queued = self._queued, []
+            for _packed, callback, _script, _args, _deadline in queued:
+                callback(self._last_error)
+            return
+        except BaseException:
+            self._connecting = None
+            raise
+        self._connecting = None
+        self._backoff = BACKOFF_FIRST
+        self._retry_at = 0.0
+        protocol = _ReplyProtocol(self)
+        self._reader = hiredis.Reader()
+        self._transport = transport
+        # The stream writer closes its transport when garbage-collected: keep it.
+        self._writer = writer
+        self._protocol = protocol
+        transport.set_protocol(protocol)
+        ignore: Callback = _ignore
+        now = time.monotonic()
+        # Load the scripts first: on an ordered connection they are known before the
+        # first EVALSHA runs (and NOSCRIPT remains handled if they are flushed later).
+        for loaded in self._scripts:
+            load = (b"SCRIPT", b"LOAD", loaded.source)
+            transport.write(pack(load))
+            self._pending.append((ignore, None, load, now))
+        queued, self._queued = self._queued, []
+        for packed, callback, script, args, deadline in queued:
+            if now > deadline:
+                # The caller has given up on it; sending it now would only leave a
+                # stray key or run a stale release.
+                callback(TimeoutError(f"{self.name}: not connected in time"))
+            else:
+                transport.write(packed)
+                self._pending.append((callback, script, args, now))
+
+    async def _open(self) -> tuple[asyncio.Transport, asyncio.StreamWriter]:
+        conn = self._connection_class(**self._connection_kwargs)
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                await conn.connect()  # type: ignore[no-untyped-call]
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await conn.disconnect(nowait=True)
+            raise
+        # Take the transport over from redis-py once the handshake (TLS, AUTH,
+        # SELECT, CLIENT SETNAME) is done; detach it so the connection object
+        # neither closes it nor warns about it.
+        writer = conn._writer
+        if writer is None:  # pragma: no cover - connect() returned without a stream
+            raise RedisConnectionError(f"{self.name}: connection closed during handshake")
+        transport = writer.transport
+        conn._writer = conn._reader = None
+        if transport.is_closing():
+            raise RedisConnectionError(f"{self.name}: connection closed during handshake")
+        assert isinstance(transport, asyncio.Transport)  # noqa: S101
+        return transport, writer
+
+    def _on_data(self, protocol: _ReplyProtocol, data: bytes) -> None:
+        if protocol is not self._protocol:
+            return
+        reader = self._reader
+        reader.feed(data)
+        pending = self._pending
+        while True:
+            try:
+                reply = reader.gets()
+            except hiredis.ProtocolError as exc:
+                self._reset(RedisConnectionError(f"{self.name}: protocol error: {exc}"))
+                return
+            if reply is False:
+                return
+            if not pending:
+                self._reset(RedisConnectionError(f"{self.name}: reply without a request"))
+                return
+            callback, script, sent_args, _sent = pending.popleft()
+            if isinstance(reply, hiredis.ReplyError):
+                error: Exception = BaseParser.parse_error(str(reply))  # type: ignore[no-untyped-call]
+                if script is not None and isinstance(error, NoScriptError):
+                    # The script cache was flushed (SCRIPT FLUSH, restart): send
+                    # the source. Later requests may run before this one; only the
+                    # retried script is delayed, never a reply mismatched.
+                    retry = (b"EVAL", script.source, *sent_args)
+                    transport = self._transport
+                    if transport is not None:
+                        transport.write(pack(retry))
+                        pending.append((callback, None, retry, time.monotonic()))
+                        continue
+                reply = _named(self.name, error)
+            callback(reply)
+
+    def _on_lost(self, protocol: _ReplyProtocol, exc: Exception | None) -> None:
+        if protocol is not self._protocol:
+            return
+        reason = f": {exc}" if exc is not None else ""
+        self._reset(RedisConnectionError(f"{self.name}: connection lost{reason}"))
+
+    def _reset(self, error: Exception) -> None:
+        """Drop the connection and fail every request still waiting for a reply."""
+        transport = self._transport
+        self._transport = None
+        self._protocol = None
+        self._last_error = error
+        if transport is not None:
+            transport.abort()
+        self._writer = None
+        pending, self._pending = self._pending, deque()
+        for callback, _script, _args, _sent in pending:
+            callback(error)
+
+    async def aclose(self) -> None:
+        """Close the connection; requests still waiting fail with ConnectionError."""
+        self._closed = True
+        connecting = self._connecting
+        if connecting is not None:
+            connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await connecting
+            self._connecting = None
+        queued, self._queued = self._queued, []
+        error = RedisConnectionError(f"{self.name}: the lock manager is closed")
+        for _packed, callback, _script, _args, _deadline in queued:
+            callback(error)
+        transport = self._transport
+        if transport is not None:
+            # close(), not abort(): releases already written still reach the node.
+            self._transport = None
+            self._protocol = None
+            transport.close()
+            self._writer = None
+            pending, self._pending = self._pending, deque()
+            for callback, _script, _args, _sent in pending:
+                callback(error)
+
+
+def _ignore(_reply: Any) -> None:
+    return None
+
+
+def _named(name: str, error: Exception) -> Exception:
+    """Prefix a server error with the node's name, keeping its class."""
+    args = error.args
+    if args and isinstance(args[0], str):
+        error.args = (f"{name}: {args[0]}", *args[1:])
+    return error
+
+
+def _as_connection_error(name: str, exc: Exception) -> Exception:
+    if isinstance(exc, ResponseError):  # AUTH, NOPERM, ... during the handshake
+        return _named(name, exc)
+    if isinstance(exc, TimeoutError):
+        return TimeoutError(f"{name}: connect timed out")
+    return RedisConnectionError(f"{name}: cannot connect: {exc}")

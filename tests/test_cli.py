@@ -1,0 +1,80 @@
+"""``python -m aiolock``: demo, bench, inspect, --help, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import redis.asyncio as redis
+
+from aiolock import LockManager
+
+from .conftest import key
+
+
+def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "aiolock", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def test_help_lists_the_commands() -> None:
+    result = run("--help")
+    assert result.returncode == 0
+    for command in ("demo", "bench", "inspect"):
+        assert command in result.stdout
+
+
+def test_demo_runs_on_embedded_nodes_and_exits_cleanly() -> None:
+    result = run("demo", "--workers", "2", "--rounds", "1")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "worker-0 holds" in out
+    assert "worker-1 holds" in out
+    assert "node 2 killed" in out
+    assert "QuorumError" in out
+    assert "acquired again" in out
+    assert "LockLost" in out
+    assert "done" in out
+    assert result.stderr == ""
+
+
+def test_bench_prints_figures_as_json() -> None:
+    result = run("bench", "--count", "30", "--json")
+    assert result.returncode == 0, result.stderr
+    figures = {f["name"]: f for f in json.loads(result.stdout)}
+    assert "ping (redis-py)" in figures
+    assert "cycle1 acquire+release" in figures
+    assert "cycle5 acquire+release" in figures
+    assert all(f["median_us"] > 0 and f["samples"] == 30 for f in figures.values())
+
+
+async def test_inspect_shows_the_holder_without_its_token(
+    locks: LockManager, clients: list[redis.Redis], name: str, urls: list[str]
+) -> None:
+    async with locks.lock(name, ttl=20):
+        token = await clients[0].get(key(name))
+        result = run("inspect", name, "--nodes", *urls)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("held by") == 5
+    assert "holder with a quorum (3): none" not in result.stdout
+    assert token is not None
+    assert token.hex() not in result.stdout
+    assert repr(token) not in result.stdout
+
+
+def test_basic_example_runs() -> None:
+    result = subprocess.run(
+        [sys.executable, "examples/basic.py"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "report built once" in result.stdout

@@ -1,0 +1,387 @@
+"""Lock behaviour on five real nodes: acquire, release, extend, async with."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis.asyncio as redis
+
+import aiolock
+from aiolock import LockManager, LockNotOwned, LockTimeout
+
+from .conftest import key, keys_on
+
+
+async def test_acquire_and_release_sets_and_deletes_key_on_every_node(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    lock = locks.lock(name, ttl=10)
+    assert await lock.acquire(timeout=0) is True
+    assert lock.owned
+    assert 9.0 < lock.remaining() <= 10.0
+    assert await keys_on(clients, name) == [True] * 5
+    ttls = [await c.pttl(key(name)) for c in clients]
+    assert all(9000 < t <= 10000 for t in ttls)
+    await lock.release()
+    assert not lock.owned
+    assert lock.remaining() == 0.0
+    assert await keys_on(clients, name) == [False] * 5
+
+
+async def test_token_on_nodes_is_random_and_at_least_20_bytes(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    tokens = set()
+    for _ in range(3):
+        lock = locks.lock(name, ttl=10)
+        assert await lock.acquire(timeout=0)
+        values = {await c.get(key(name)) for c in clients}
+        assert len(values) == 1  # the same token on every node
+        token = values.pop()
+        assert token is not None
+        assert len(token) >= 20
+        tokens.add(token)
+        await lock.release()
+    assert len(tokens) == 3
+
+
+async def test_timeout_zero_on_held_name_returns_false_fast(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    holder = locks.lock(name, ttl=10)
+    assert await holder.acquire()
+    other = locks.lock(name, ttl=10)
+    started = time.monotonic()
+    assert await other.acquire(timeout=0) is False
+    assert time.monotonic() - started < 1.0
+    assert not other.owned
+    assert other.fencing_token is None
+    # The holder's key is untouched.
+    assert await keys_on(clients, name) == [True] * 5
+    await holder.release()
+
+
+async def test_acquire_waits_for_release_within_timeout(locks: LockManager, name: str) -> None:
+    holder = locks.lock(name, ttl=10)
+    assert await holder.acquire()
+
+    async def release_soon() -> None:
+        await asyncio.sleep(0.2)
+        await holder.release()
+
+    task = asyncio.create_task(release_soon())
+    waiter = locks.lock(name, ttl=10)
+    assert await waiter.acquire(timeout=5) is True
+    await task
+    await waiter.release()
+
+
+async def test_acquire_returns_false_when_time_is_up(locks: LockManager, name: str) -> None:
+    holder = locks.lock(name, ttl=10)
+    assert await holder.acquire()
+    started = time.monotonic()
+    assert await locks.lock(name).acquire(timeout=0.3) is False
+    elapsed = time.monotonic() - started
+    assert 0.25 < elapsed < 3.0
+    await holder.release()
+
+
+async def test_async_with_timeout_raises_lock_timeout(locks: LockManager, name: str) -> None:
+    holder = locks.lock(name, ttl=10)
+    assert await holder.acquire()
+    with pytest.raises(LockTimeout):
+        async with locks.lock(name, timeout=0.2):
+            pytest.fail("the body must not run")
+    assert issubclass(LockTimeout, TimeoutError)
+    await holder.release()
+
+
+async def test_async_with_holds_during_body_and_releases_after(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    async with locks.lock(name, ttl=10, timeout=1) as lock:
+        assert lock.owned
+        assert await keys_on(clients, name) == [True] * 5
+    assert not lock.owned
+    assert await keys_on(clients, name) == [False] * 5
+
+
+async def test_async_with_releases_on_exception(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    lock = locks.lock(name, ttl=10)
+    with pytest.raises(ZeroDivisionError):
+        async with lock:
+            _ = 1 / 0
+    assert not lock.owned
+    assert await keys_on(clients, name) == [False] * 5
+
+
+async def test_async_with_releases_on_cancellation(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    entered = asyncio.Event()
+
+    async def body() -> None:
+        async with locks.lock(name, ttl=10):
+            entered.set()
+            await asyncio.sleep(30)
+
+    task = asyncio.create_task(body())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await keys_on(clients, name) == [False] * 5
+
+
+async def test_exit_after_body_released_raises_not_owned(locks: LockManager, name: str) -> None:
+    with pytest.raises(LockNotOwned):
+        async with locks.lock(name, ttl=10) as lock:
+            await lock.release()
+
+
+async def test_exit_after_expiry_without_renewal_raises_not_owned(
+    locks: LockManager, name: str
+) -> None:
+    with pytest.raises(LockNotOwned):
+        async with locks.lock(name, ttl=0.2, auto_renew=False):
+            await asyncio.sleep(0.4)
+
+
+async def test_release_after_expiry_raises_and_keeps_new_holders_key(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    first = locks.lock(name, ttl=0.2, auto_renew=False)
+    assert await first.acquire()
+    await asyncio.sleep(0.35)
+    assert not first.owned
+    second = locks.lock(name, ttl=10)
+    assert await second.acquire(timeout=1)
+    token = await clients[0].get(key(name))
+    with pytest.raises(LockNotOwned):
+        await first.release()
+    assert [await c.get(key(name)) for c in clients] == [token] * 5
+    assert second.owned
+    await second.release()
+
+
+async def test_release_of_never_acquired_lock_raises_not_owned(
+    locks: LockManager, name: str
+) -> None:
+    with pytest.raises(LockNotOwned):
+        await locks.lock(name).release()
+
+
+async def test_double_release_raises_not_owned(locks: LockManager, name: str) -> None:
+    lock = locks.lock(name)
+    assert await lock.acquire()
+    await lock.release()
+    with pytest.raises(LockNotOwned):
+        await lock.release()
+
+
+async def test_release_of_key_deleted_behind_back_raises_not_owned(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    lock = locks.lock(name, ttl=10, auto_renew=False)
+    assert await lock.acquire()
+    for client in clients[:3]:
+        await client.delete(key(name))
+    with pytest.raises(LockNotOwned):
+        await lock.release()
+    assert await keys_on(clients, name) == [False] * 5
+
+
+async def test_extend_resets_validity_and_node_ttl(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    lock = locks.lock(name, ttl=2, auto_renew=False)
+    assert await lock.acquire()
+    await asyncio.sleep(0.3)
+    await lock.extend(20)
+    assert lock.remaining() > 19
+    assert all([await c.pttl(key(name)) > 19000 for c in clients])
+    await lock.extend()
+    assert 1.5 < lock.remaining() <= 2
+    assert lock.ttl == 2
+    await lock.release()
+
+
+async def test_extend_after_expiry_raises_and_does_not_recreate_key(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    lock = locks.lock(name, ttl=0.2, auto_renew=False)
+    assert await lock.acquire()
+    await asyncio.sleep(0.35)
+    with pytest.raises(LockNotOwned):
+        await lock.extend()
+    assert await keys_on(clients, name) == [False] * 5
+    assert not lock.owned
+
+
+async def test_extend_of_key_taken_over_raises_and_keeps_other_token(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    lock = locks.lock(name, ttl=10, auto_renew=False)
+    assert await lock.acquire()
+    for client in clients:
+        await client.set(key(name), b"someone-else", px=10000)
+    with pytest.raises(LockNotOwned):
+        await lock.extend()
+    assert [await c.get(key(name)) for c in clients] == [b"someone-else"] * 5
+    assert not lock.owned
+
+
+async def test_extend_of_never_acquired_lock_raises_not_owned(
+    locks: LockManager, name: str
+) -> None:
+    with pytest.raises(LockNotOwned):
+        await locks.lock(name).extend()
+
+
+async def test_acquiring_a_held_handle_raises_runtime_error(locks: LockManager, name: str) -> None:
+    lock = locks.lock(name)
+    assert await lock.acquire()
+    with pytest.raises(RuntimeError):
+        await lock.acquire()
+    await lock.release()
+
+
+async def test_handle_may_be_released_from_another_task(locks: LockManager, name: str) -> None:
+    lock = locks.lock(name)
+    assert await lock.acquire()
+    await asyncio.create_task(lock.release())
+    assert not lock.owned
+    assert await locks.lock(name).acquire(timeout=0)
+
+
+async def test_cancelled_acquire_leaves_no_key(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    holder = locks.lock(name, ttl=10)
+    assert await holder.acquire()
+    waiter = locks.lock(name, ttl=10)
+    task = asyncio.create_task(waiter.acquire(timeout=None))
+    await asyncio.sleep(0.1)
+    await holder.release()
+    # Cancel at every point of the race with the holder's release.
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not waiter.owned
+    assert await keys_on(clients, name) == [False] * 5
+
+
+async def test_cancelled_acquire_mid_request_leaves_no_key(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    # Cancel many acquires right after they were sent, before the replies come.
+    async with LockManager(urls) as locks:
+        for delay in (0, 0, 0.0001, 0.0002, 0.0005, 0.001):
+            lock = locks.lock(name, ttl=10)
+            task = asyncio.create_task(lock.acquire(timeout=0))
+            if delay:
+                await asyncio.sleep(delay)
+            else:
+                await asyncio.sleep(0)
+            task.cancel()
+            try:
+                held = await task
+            except asyncio.CancelledError:
+                held = False
+            if held:
+                await lock.release()
+            assert await keys_on(clients, name) == [False] * 5
+
+
+async def test_prefix_isolates_managers(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager(urls, prefix="app1:") as one, LockManager(urls, prefix="app2:") as two:
+        a = one.lock(name)
+        b = two.lock(name)
+        assert await a.acquire(timeout=0)
+        assert await b.acquire(timeout=0)
+        assert await clients[0].exists(key(name, "app1:"), key(name, "app2:")) == 2
+        await a.release()
+        await b.release()
+
+
+async def test_single_node_manager_is_a_plain_lock(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager(urls[:1]) as locks:
+        assert locks.quorum == 1
+        lock = locks.lock(name, ttl=5)
+        assert await lock.acquire(timeout=0)
+        assert await locks.lock(name).acquire(timeout=0) is False
+        assert await clients[0].exists(key(name)) == 1
+        assert await clients[1].exists(key(name)) == 0
+        await lock.release()
+
+
+async def test_redis_client_nodes_are_not_closed_by_manager(urls: list[str], name: str) -> None:
+    made = [redis.Redis.from_url(url) for url in urls[:3]]
+    try:
+        async with LockManager(made) as locks, locks.lock(name, ttl=5):
+            pass
+        assert all([await c.ping() for c in made])
+    finally:
+        for client in made:
+            await client.aclose()
+
+
+async def test_closed_manager_refuses_acquire(urls: list[str], name: str) -> None:
+    locks = LockManager(urls)
+    lock = locks.lock(name)
+    assert await lock.acquire(timeout=0)
+    await lock.release()
+    await locks.aclose()
+    assert locks.closed
+    with pytest.raises(RuntimeError):
+        await lock.acquire(timeout=0)
+
+
+async def test_manager_usable_without_async_with_connects_lazily(
+    urls: list[str], name: str
+) -> None:
+    locks = LockManager(urls)
+    try:
+        lock = locks.lock(name)
+        assert await lock.acquire(timeout=1)
+        await lock.release()
+    finally:
+        await locks.aclose()
+
+
+async def test_exclusive_under_task_contention(locks: LockManager, name: str) -> None:
+    counter = 0
+    inside = 0
+    overlaps = 0
+
+    async def worker() -> None:
+        nonlocal counter, inside, overlaps
+        for _ in range(10):
+            async with locks.lock(name, ttl=5, timeout=30):
+                inside += 1
+                overlaps += inside > 1
+                value = counter
+                await asyncio.sleep(0)
+                counter = value + 1
+                inside -= 1
+
+    await asyncio.gather(*(worker() for _ in range(8)))
+    assert counter == 80
+    assert overlaps == 0
+
+
+def test_public_names_are_exported() -> None:
+    assert set(aiolock.__all__) >= {
+        "LockManager", "Lock", "LockError", "LockTimeout", "LockNotOwned", "LockLost",
+        "QuorumError",
+    }  # fmt: skip
+    assert issubclass(aiolock.QuorumError, aiolock.LockError)
+    assert issubclass(aiolock.LockLost, aiolock.LockError)

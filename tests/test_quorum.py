@@ -1,0 +1,203 @@
+"""The quorum engine and validity maths with fake nodes and an injected clock.
+
+Pure logic only: every test that touches Redis runs on real servers elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from aiolock._node import Callback, Script
+from aiolock._quorum import DRIFT_FLOOR, Quorum, drift, quorum_size, validity
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeNode:
+    """Answers each request after ``delay`` seconds (never if None) with ``reply``."""
+
+    def __init__(
+        self,
+        name: str,
+        reply: Any = b"OK",
+        delay: float | None = 0.0,
+        clock: FakeClock | None = None,
+        advance: float = 0.0,
+    ) -> None:
+        self.spec = name
+        self.name = name
+        self.reply = reply
+        self.delay = delay
+        self.clock = clock
+        self.advance = advance
+        self.calls: list[tuple[bytes, ...]] = []
+
+    def _answer(self, callback: Callback, reply: Any) -> None:
+        if self.clock is not None:
+            self.clock.now += self.advance
+        callback(reply)
+
+    def call(self, args: tuple[bytes, ...], callback: Callback) -> None:
+        self.calls.append(args)
+        reply = self.reply(args) if callable(self.reply) else self.reply
+        if self.delay is not None:
+            asyncio.get_running_loop().call_later(self.delay, self._answer, callback, reply)
+
+    def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None:
+        self.call((b"EVALSHA", script.sha, *args), callback)
+
+
+def make(nodes: list[FakeNode], clock: FakeClock | None = None, **kw: Any) -> Quorum:
+    return Quorum(
+        nodes,
+        node_timeout=kw.get("node_timeout", 0.05),
+        drift_factor=kw.get("drift_factor", 0.01),
+        clock=clock or FakeClock(),
+    )
+
+
+def is_set(args: tuple[bytes, ...]) -> bool:
+    return args[0] == b"SET"
+
+
+@pytest.mark.parametrize(("n", "q"), [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (7, 4)])
+def test_quorum_is_a_strict_majority(n: int, q: int) -> None:
+    assert quorum_size(n) == q
+
+
+def test_validity_subtracts_elapsed_and_drift() -> None:
+    assert drift(10.0, 0.01) == pytest.approx(0.1 + DRIFT_FLOOR)
+    assert validity(10.0, 0.5, 0.01) == pytest.approx(10.0 - 0.5 - 0.102)
+    assert validity(1.0, 0.999, 0.01) < 0
+
+
+async def test_acquire_validity_is_measured_from_before_first_request() -> None:
+    clock = FakeClock()
+    nodes = [FakeNode(f"n{i}", clock=clock, advance=0.1) for i in range(3)]
+    quorum = make(nodes, clock)
+    start = clock.now
+    attempt = await quorum.acquire(b"k", b"t", 10.0)
+    assert attempt.acquired
+    # Decided after two replies (0.2 s on the fake clock); expiry counts from start.
+    assert attempt.expires_at == pytest.approx(start + 10.0 - drift(10.0, 0.01))
+
+
+async def test_acquire_fails_when_validity_is_used_up_and_cleans_up() -> None:
+    clock = FakeClock()
+    nodes = [FakeNode(f"n{i}", clock=clock, advance=0.6) for i in range(3)]
+    quorum = make(nodes, clock)
+    attempt = await quorum.acquire(b"k", b"t", 1.0)
+    assert not attempt.acquired
+    assert not attempt.votes.outage
+    # Every node that said yes is asked to release.
+    for node in nodes:
+        assert node.calls[-1][0] == b"EVALSHA"
+
+
+async def test_acquire_decides_without_waiting_for_a_slow_node() -> None:
+    nodes = [FakeNode(f"n{i}") for i in range(4)] + [FakeNode("slow", delay=None)]
+    quorum = make(nodes, node_timeout=5.0)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    attempt = await quorum.acquire(b"k", b"t", 10.0)
+    assert attempt.acquired
+    assert loop.time() - started < 1.0
+
+
+async def test_contention_is_not_an_outage_and_definite_noes_are_not_cleaned() -> None:
+    nodes = [FakeNode(f"n{i}", reply=None) for i in range(3)] + [FakeNode("a"), FakeNode("b")]
+    quorum = make(nodes)
+    attempt = await quorum.acquire(b"k", b"t", 10.0)
+    assert not attempt.acquired
+    assert not attempt.votes.outage
+    assert attempt.votes.no == 3
+    # No release is sent to nodes that said "held by someone else".
+    for node in nodes[:3]:
+        assert [c[0] for c in node.calls] == [b"SET"]
+
+
+async def test_failing_nodes_are_an_outage_with_errors_per_node() -> None:
+    boom = ConnectionError("down")
+    nodes = [FakeNode(f"n{i}", reply=boom) for i in range(3)] + [FakeNode("a"), FakeNode("b")]
+    quorum = make(nodes)
+    attempt = await quorum.acquire(b"k", b"t", 10.0)
+    assert not attempt.acquired
+    assert attempt.votes.outage
+    assert attempt.votes.errors(quorum.nodes) == {"n0": boom, "n1": boom, "n2": boom}
+    # The clean-up reaches every node that may hold the key, failed ones included.
+    for node in nodes:
+        assert node.calls[-1][0] == b"EVALSHA"
+
+
+async def test_unanswered_nodes_time_out_after_node_timeout() -> None:
+    nodes = [FakeNode(f"n{i}", delay=None) for i in range(3)]
+    quorum = make(nodes, node_timeout=0.05)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    attempt = await quorum.acquire(b"k", b"t", 10.0)
+    elapsed = loop.time() - started
+    assert attempt.votes.outage
+    assert all(isinstance(e, TimeoutError) for e in attempt.votes.errors(quorum.nodes).values())
+    # One timeout for the attempt and one for its clean-up, not one per node.
+    assert elapsed < 0.5
+
+
+async def test_cancelled_acquire_still_cleans_up_every_node() -> None:
+    nodes = [FakeNode(f"n{i}", delay=0.2) for i in range(3)]
+    quorum = make(nodes, node_timeout=1.0)
+    task = asyncio.create_task(quorum.acquire(b"k", b"t", 10.0))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for node in nodes:
+        assert [c[0] for c in node.calls] == [b"SET", b"EVALSHA"]
+
+
+async def test_release_completes_when_cancelled_midway() -> None:
+    nodes = [FakeNode(f"n{i}", reply=1, delay=0.1) for i in range(3)]
+    quorum = make(nodes, node_timeout=1.0)
+    task = asyncio.create_task(quorum.release(b"k", b"t"))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The cancellation waited for the outcome: the replies were counted.
+    for node in nodes:
+        assert len(node.calls) == 1
+
+
+async def test_extend_is_decided_by_majority() -> None:
+    clock = FakeClock()
+    nodes = [FakeNode("a", reply=1), FakeNode("b", reply=1), FakeNode("c", reply=0)]
+    quorum = make(nodes, clock)
+    votes, expires_at = await quorum.extend(b"k", b"t", 5.0)
+    assert votes.won
+    assert expires_at == pytest.approx(clock.now + 5.0 - drift(5.0, 0.01))
+    nodes = [FakeNode("a", reply=0), FakeNode("b", reply=0), FakeNode("c", reply=1)]
+    votes, expires_at = await make(nodes, clock).extend(b"k", b"t", 5.0)
+    assert not votes.won
+    assert expires_at is None
+    assert votes.no == 2
+
+
+async def test_extend_many_counts_each_lock_per_node() -> None:
+    replies = [[1, 0, 1], [1, 0, 0], ConnectionError("x")]
+    nodes = [FakeNode(f"n{i}", reply=replies[i]) for i in range(3)]
+    quorum = make(nodes)
+    batch = await quorum.extend_many([(b"a", b"t", 1.0), (b"b", b"t", 1.0), (b"c", b"t", 1.0)])
+    assert batch.yes == [2, 0, 1]
+    assert batch.no == [0, 2, 1]
+    assert batch.failed == [1, 1, 1]
+    assert set(batch.errors) == {"n2"}
+    # One script call per node for the whole batch.
+    assert all(len(node.calls) == 1 for node in nodes)

@@ -1,0 +1,208 @@
+"""Background renewal, loss detection and cancellation of the holder, on real servers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import redis.asyncio as redis
+
+from aiolock import LockLost, LockManager, LockNotOwned, QuorumError
+from aiolock.testing import Server, Servers
+
+from .conftest import key
+
+
+async def _commandstat(clients: list[redis.Redis], command: str) -> list[int]:
+    out = []
+    for client in clients:
+        stats = await client.info("commandstats")
+        out.append(int(stats.get(f"cmdstat_{command}", {}).get("calls", 0)))
+    return out
+
+
+async def test_short_ttl_lock_stays_held_for_long_body(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    async with locks.lock(name, ttl=0.5) as lock:
+        started = time.monotonic()
+        while time.monotonic() - started < 3.0:
+            assert lock.owned
+            await asyncio.sleep(0.1)
+        # The key's PTTL on the nodes is refreshed, not running down.
+        assert all([await c.pttl(key(name)) > 100 for c in clients])
+        assert lock.lost is None
+    assert not lock.owned
+
+
+async def test_key_deleted_on_majority_cancels_body_and_raises_lock_lost(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    reached_end = False
+    deleted_at = 0.0
+    with pytest.raises(LockLost) as info:
+        async with locks.lock(name, ttl=0.6):
+            for client in clients[:3]:
+                await client.delete(key(name))
+            deleted_at = time.monotonic()
+            await asyncio.sleep(10)
+            reached_end = True
+    # Cancelled within about one renewal period (ttl/3), generous bound.
+    assert time.monotonic() - deleted_at < 2.0
+    assert not reached_end
+    assert isinstance(info.value.__cause__, LockNotOwned)
+    # Whatever remained of the lock on the other nodes was cleaned up.
+    assert [await c.exists(key(name)) for c in clients] == [0] * 5
+
+
+async def test_key_taken_over_is_lost(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    with pytest.raises(LockLost):
+        async with locks.lock(name, ttl=0.6):
+            for client in clients:
+                await client.set(key(name), b"thief", px=5000)
+            await asyncio.sleep(10)
+    # The thief's key is left alone.
+    assert [await c.get(key(name)) for c in clients] == [b"thief"] * 5
+
+
+async def test_majority_hung_cancels_holder_before_validity_runs_out(
+    servers: Servers, name: str
+) -> None:
+    async with LockManager(servers, node_timeout=0.05) as locks:
+        lock = locks.lock(name, ttl=1.0)
+        left_at_cancel: list[float] = []
+        paused: list[Server] = []
+        started = time.monotonic()
+        try:
+            with pytest.raises(LockLost) as info:
+                async with lock:
+                    for server in servers.servers[:3]:
+                        assert isinstance(server, Server)
+                        server.pause()
+                        paused.append(server)
+                    try:
+                        await asyncio.sleep(10)
+                    finally:
+                        # Validity the lock still had when the body was cancelled.
+                        left_at_cancel.append(lock._expires_at - time.monotonic())
+                        assert not lock.owned
+                        assert lock.remaining() == 0.0
+        finally:
+            for server in paused:
+                server.resume()
+        assert time.monotonic() - started < 3.0
+        assert len(left_at_cancel) == 1
+        assert left_at_cancel[0] > 0.0, "the holder was cancelled only after expiry"
+        assert isinstance(info.value.__cause__, QuorumError)
+
+
+async def test_wait_lost_returns_before_validity_ends(servers: Servers, name: str) -> None:
+    async with LockManager(servers, node_timeout=0.05) as locks:
+        lock = locks.lock(name, ttl=1.0)
+        assert await lock.acquire()
+        paused = [s for s in servers.servers[:3] if isinstance(s, Server)]
+        for server in paused:
+            server.pause()
+        try:
+            lost = await asyncio.wait_for(lock.wait_lost(), 5)
+            assert lock._expires_at - time.monotonic() > 0.0
+            assert isinstance(lost, LockLost)
+            assert lock.lost is lost
+            assert not lock.owned
+        finally:
+            for server in paused:
+                server.resume()
+        with pytest.raises(LockNotOwned):
+            await lock.release()
+
+
+async def test_release_stops_renewal(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    lock = locks.lock(name, ttl=0.3)
+    assert await lock.acquire()
+    await asyncio.sleep(0.5)  # a renewal or two happened
+    assert lock.owned
+    await lock.release()
+    before = await _commandstat(clients, "pexpire")
+    await asyncio.sleep(0.5)
+    after = await _commandstat(clients, "pexpire")
+    assert after == before
+
+
+async def test_handle_without_async_with_is_renewed_until_release(
+    locks: LockManager, name: str
+) -> None:
+    lock = locks.lock(name, ttl=0.3)
+    assert await lock.acquire()
+    await asyncio.sleep(1.0)
+    assert lock.owned
+    assert lock.lost is None
+    await lock.release()
+
+
+async def test_wait_lost_without_renewal_is_an_error(locks: LockManager, name: str) -> None:
+    lock = locks.lock(name, ttl=5, auto_renew=False)
+    assert await lock.acquire()
+    with pytest.raises(LockNotOwned):
+        await lock.wait_lost()
+    await lock.release()
+
+
+async def test_auto_renew_false_lets_lock_expire(locks: LockManager, name: str) -> None:
+    lock = locks.lock(name, ttl=0.3, auto_renew=False)
+    assert await lock.acquire()
+    await asyncio.sleep(0.5)
+    assert not lock.owned
+    assert await locks.lock(name).acquire(timeout=0)
+
+
+async def test_max_hold_ends_renewal_and_cancels_body(locks: LockManager, name: str) -> None:
+    started = time.monotonic()
+    with pytest.raises(LockLost, match="max_hold"):
+        async with locks.lock(name, ttl=0.3, max_hold=0.8):
+            await asyncio.sleep(10)
+    assert 0.7 < time.monotonic() - started < 3.0
+
+
+async def test_many_locks_renew_with_one_command_per_node_per_tick(
+    locks: LockManager, clients: list[redis.Redis]
+) -> None:
+    held = [locks.lock(f"many-{i}", ttl=0.6) for i in range(1000)]
+    for lock in held:
+        assert await lock.acquire(timeout=0)
+    before = await _commandstat(clients, "evalsha")
+    started = time.monotonic()
+    await asyncio.sleep(1.2)  # about six renewal periods of 0.2 s
+    after = await _commandstat(clients, "evalsha")
+    elapsed = time.monotonic() - started
+    assert all(lock.owned for lock in held)
+    per_node = [a - b for a, b in zip(after, before, strict=True)]
+    # Each lock was renewed about every 0.1-0.2 s: one command per lock would be
+    # thousands per node. Batched, it is one per tick, a tick at most every ttl/6
+    # (plus slack for a busy machine).
+    bound = 1.5 * elapsed / 0.1 + 3
+    assert all(0 < calls <= bound for calls in per_node), (per_node, bound)
+    for lock in held:
+        await lock.release()
+
+
+async def test_outer_cancellation_is_not_turned_into_lock_lost(
+    locks: LockManager, name: str
+) -> None:
+    entered = asyncio.Event()
+
+    async def body() -> None:
+        async with locks.lock(name, ttl=0.5):
+            entered.set()
+            await asyncio.sleep(10)
+
+    task = asyncio.create_task(body())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await locks.lock(name).acquire(timeout=0)

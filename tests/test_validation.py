@@ -1,0 +1,132 @@
+"""Bad arguments are rejected at once, before any I/O (no server is running here)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import redis.asyncio as redis
+
+from aiolock import LockManager
+
+# Nothing listens here: a test that reached the network would fail differently.
+NOWHERE = "redis://127.0.0.1:1"
+NODES = [NOWHERE, "redis://127.0.0.1:2", "redis://127.0.0.1:3"]
+
+
+@pytest.mark.parametrize(
+    ("nodes", "error"),
+    [
+        ([], ValueError),
+        ("redis://127.0.0.1:1", TypeError),
+        (None, TypeError),
+        ([1], TypeError),
+        ([b"redis://127.0.0.1:1"], TypeError),
+        (["http://127.0.0.1:1"], ValueError),
+        ([NOWHERE, NOWHERE], ValueError),
+        ([NOWHERE, "redis://127.0.0.1:1/0"], ValueError),
+        (["redis://localhost:1", "redis://127.0.0.1:1"], ValueError),
+    ],
+)
+def test_bad_nodes_are_rejected(nodes: object, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        LockManager(nodes)  # type: ignore[arg-type]
+
+
+def test_duplicate_client_nodes_are_rejected() -> None:
+    a = redis.Redis(host="127.0.0.1", port=1)
+    b = redis.Redis(host="127.0.0.1", port=1)
+    with pytest.raises(ValueError, match="duplicate"):
+        LockManager([a, b])
+
+
+def test_different_databases_are_different_nodes() -> None:
+    LockManager(["redis://127.0.0.1:1/0", "redis://127.0.0.1:1/1"])
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"node_timeout": 0}, ValueError),
+        ({"node_timeout": -1}, ValueError),
+        ({"node_timeout": math.nan}, ValueError),
+        ({"node_timeout": math.inf}, ValueError),
+        ({"node_timeout": "1"}, TypeError),
+        ({"drift_factor": -0.1}, ValueError),
+        ({"drift_factor": 1.0}, ValueError),
+        ({"drift_factor": math.nan}, ValueError),
+        ({"prefix": 3}, TypeError),
+    ],
+)
+def test_bad_manager_options_are_rejected(
+    kwargs: dict[str, object], error: type[Exception]
+) -> None:
+    with pytest.raises(error):
+        LockManager(NODES, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "error"),
+    [
+        (("",), {}, ValueError),
+        ((None,), {}, TypeError),
+        ((b"name",), {}, TypeError),
+        ((3,), {}, TypeError),
+        (("n",), {"ttl": 0}, ValueError),
+        (("n",), {"ttl": -1}, ValueError),
+        (("n",), {"ttl": math.inf}, ValueError),
+        (("n",), {"ttl": math.nan}, ValueError),
+        (("n",), {"ttl": "10"}, TypeError),
+        (("n",), {"ttl": True}, TypeError),
+        (("n",), {"ttl": 0.05}, ValueError),  # == node_timeout
+        (("n",), {"ttl": 0.01}, ValueError),  # < node_timeout
+        (("n",), {"timeout": -1}, ValueError),
+        (("n",), {"timeout": math.nan}, ValueError),
+        (("n",), {"timeout": "1"}, TypeError),
+        (("n",), {"max_hold": 0}, ValueError),
+    ],
+)
+def test_bad_lock_arguments_are_rejected(
+    args: tuple[object, ...], kwargs: dict[str, object], error: type[Exception]
+) -> None:
+    locks = LockManager(NODES)
+    with pytest.raises(error):
+        locks.lock(*args, **kwargs)  # type: ignore[arg-type]
+
+
+def test_node_timeout_must_be_below_ttl() -> None:
+    locks = LockManager(NODES, node_timeout=1.0)
+    with pytest.raises(ValueError, match="node_timeout"):
+        locks.lock("n", ttl=1.0)
+    locks.lock("n", ttl=1.5)
+
+
+async def test_bad_acquire_and_extend_arguments_are_rejected_before_io() -> None:
+    locks = LockManager(NODES)
+    lock = locks.lock("n")
+    with pytest.raises(ValueError, match="timeout"):
+        await lock.acquire(timeout=-1)
+    with pytest.raises(TypeError):
+        await lock.acquire(timeout="soon")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="ttl"):
+        await lock.extend(0)
+    with pytest.raises(ValueError, match="ttl"):
+        await lock.extend(math.inf)
+    await locks.aclose()
+
+
+def test_lock_handle_is_cheap_and_unacquired() -> None:
+    locks = LockManager(NODES)
+    lock = locks.lock("orders:42", ttl=10.0, timeout=5.0)
+    assert lock.name == "orders:42"
+    assert lock.ttl == 10.0
+    assert lock.timeout == 5.0
+    assert not lock.owned
+    assert lock.remaining() == 0.0
+    assert lock.fencing_token is None
+    assert locks.lock("n", timeout=math.inf).timeout is None
+
+
+def test_node_urls_hide_passwords_in_messages() -> None:
+    locks = LockManager(["redis://user:s3cret@127.0.0.1:1"])
+    assert "s3cret" not in repr(locks)
