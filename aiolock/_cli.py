@@ -143,6 +143,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--nodes", nargs="+", metavar="URL")
     bench.add_argument("--count", type=int, default=2000, help="samples per figure")
     bench.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    bench.add_argument(
+        "--renewal-locks",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also hold N auto-renewed locks (ttl 30s) and report CPU and RSS",
+    )
+    bench.add_argument("--renewal-seconds", type=float, default=60.0, metavar="S")
     inspect = sub.add_parser("inspect", help="who holds a lock, on which nodes, for how long")
     inspect.add_argument("name")
     inspect.add_argument("--nodes", nargs="+", metavar="URL", required=True)
@@ -155,7 +163,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "bench":
         from ._bench import main as bench_main  # noqa: PLC0415
 
-        return bench_main(args.nodes, count=args.count, as_json=args.json)
+        return bench_main(
+            args.nodes,
+            count=args.count,
+            as_json=args.json,
+            renewal_locks=args.renewal_locks,
+            renewal_seconds=args.renewal_seconds,
+        )
     return asyncio.run(_inspect(args.name, args.nodes, args.prefix))
 
 

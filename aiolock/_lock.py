@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import random
 import secrets
 from types import TracebackType
 from typing import TYPE_CHECKING, Final
@@ -11,7 +10,7 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from ._errors import LockLost, LockNotOwned, LockTimeout, QuorumError
-from ._quorum import Votes
+from ._quorum import Attempt, Votes
 
 if TYPE_CHECKING:
     from ._manager import LockManager
@@ -207,26 +206,34 @@ class Lock:
         manager._check_open()
         quorum = manager._quorum
         clock = manager._clock
+        key = self._key
+        ttl = self._ttl
         deadline = math.inf if wait is None else clock() + wait
         token = secrets.token_bytes(TOKEN_BYTES)
         self._acquiring = True
         try:
-            tries = 0
-            while True:
-                attempt = await quorum.acquire(self._key, token, self._ttl)
-                if attempt.expires_at is not None:
-                    self._token = token
-                    self._expires_at = attempt.expires_at
-                    if self._auto_renew:
-                        self._renewal = manager._renewer.start(self)
-                    return True
+            attempt: Attempt | None = None
+            # Try at once unless other tasks of this process already queue for the
+            # name (they go first); timeout=0 always tries, exactly once.
+            if wait == 0 or not manager._waiting.waiters(key):
+                attempt = await quorum.acquire(key, token, ttl)
+                if attempt.expires_at is None and not attempt.votes.outage:
+                    attempt = None if clock() < deadline else attempt
+            if attempt is None:
+                attempt = await manager._waiting.acquire(
+                    key, lambda: quorum.acquire(key, token, ttl), deadline
+                )
+                if attempt is None:
+                    return False
+            if attempt.expires_at is None:
                 if attempt.votes.outage:
                     raise self._quorum_error("acquire", attempt.votes)
-                left = deadline - clock()
-                if left <= 0:
-                    return False
-                tries += 1
-                await anyio.sleep(min(left, _retry_delay(tries)))
+                return False
+            self._token = token
+            self._expires_at = attempt.expires_at
+            if self._auto_renew:
+                self._renewal = manager._renewer.start(self)
+            return True
         finally:
             self._acquiring = False
 
@@ -245,7 +252,11 @@ class Lock:
             raise LockNotOwned(f"lock {self._name!r} is not held")
         self._stop_renewal()
         expired = self.remaining() <= 0.0
-        quorum = self._manager._quorum
+        manager = self._manager
+        quorum = manager._quorum
+        # Wake the next local waiter now: its attempt is written after our release
+        # on each node's ordered connection, so the handoff costs no extra trip.
+        manager._waiting.released(self._key)
         try:
             votes = await quorum.release(self._key, token)
         finally:
@@ -347,6 +358,7 @@ class Lock:
     async def _drop(self, token: bytes) -> None:
         """Forget the lock and delete it wherever it may remain (shielded)."""
         self._clear()
+        self._manager._waiting.released(self._key)
         await self._manager._quorum.release(self._key, token)
 
     def _quorum_error(self, what: str, votes: Votes) -> QuorumError:
@@ -358,8 +370,3 @@ class Lock:
             f"a quorum needs {quorum.quorum}: {detail}",
             errors,
         )
-
-
-def _retry_delay(tries: int) -> float:
-    """Jittered, growing pause between acquire attempts, 1 ms up to 50 ms."""
-    return random.uniform(0.5, 1.0) * min(0.001 * 2.0**tries, 0.05)

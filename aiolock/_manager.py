@@ -14,6 +14,7 @@ from ._lock import Lock, check_name, check_timeout, check_ttl
 from ._node import Node, NodeSpec, node_key, node_name
 from ._quorum import SCRIPTS, Quorum
 from ._renewal import Renewer
+from ._waiting import Waiting
 
 __all__ = ["LockManager"]
 
@@ -88,6 +89,9 @@ class LockManager:
             clock=self._clock,
         )
         self._renewer = Renewer(self)
+        self._waiting = Waiting(
+            specs, clock=self._clock, confirm_timeout=max(2 * node_timeout, 0.1)
+        )
         self._closed = False
 
     def __repr__(self) -> str:
@@ -176,6 +180,7 @@ class LockManager:
         self._closed = True
         with anyio.CancelScope(shield=True):
             await self._renewer.aclose()
+            await self._waiting.aclose()
             for node in self._nodes:
                 await node.aclose()
 

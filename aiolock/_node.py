@@ -28,7 +28,7 @@ import hashlib
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final, cast
+from typing import Any, Final, Protocol, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import hiredis
@@ -43,7 +43,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
-__all__ = ["Callback", "Node", "NodeSpec", "Script", "node_key", "pack"]
+__all__ = ["Callback", "Node", "NodeSpec", "Script", "Subscriber", "node_key", "pack"]
 
 NodeSpec = str | Redis
 Callback = Callable[[Any], None]
@@ -121,19 +121,69 @@ def node_name(spec: NodeSpec) -> str:
     return f"redis://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
+class _Sink(Protocol):
+    def _on_data(self, protocol: _ReplyProtocol, data: bytes) -> None: ...
+    def _on_lost(self, protocol: _ReplyProtocol, exc: Exception | None) -> None: ...
+
+
 class _ReplyProtocol(asyncio.Protocol):
-    """Feeds the bytes of a taken-over transport to its node's reply reader."""
+    """Feeds the bytes of a taken-over transport to its owner's reply reader."""
 
-    __slots__ = ("_node",)
+    __slots__ = ("_sink",)
 
-    def __init__(self, node: Node) -> None:
-        self._node = node
+    def __init__(self, sink: _Sink) -> None:
+        self._sink = sink
 
     def data_received(self, data: bytes) -> None:
-        self._node._on_data(self, data)
+        self._sink._on_data(self, data)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._node._on_lost(self, exc)
+        self._sink._on_lost(self, exc)
+
+
+class _Endpoint:
+    """How to open a connection to one node: redis-py does the handshake."""
+
+    def __init__(self, spec: NodeSpec, connect_timeout: float) -> None:
+        self.name = node_name(spec)
+        cls, kwargs = _connection_kwargs(spec)
+        kwargs.setdefault("socket_connect_timeout", connect_timeout)
+        if kwargs.get("socket_timeout") is None:
+            kwargs["socket_timeout"] = connect_timeout
+        self._connection_class = cls
+        self._connection_kwargs = kwargs
+        self.connect_timeout = connect_timeout
+
+    async def open(
+        self, sink: _Sink
+    ) -> tuple[asyncio.Transport, asyncio.StreamWriter, _ReplyProtocol]:
+        """Connect, then hand the transport's bytes to ``sink``.
+
+        Returns the transport, the stream writer (which closes the transport when
+        garbage-collected, so it must be kept) and the protocol now feeding ``sink``.
+        """
+        conn = self._connection_class(**self._connection_kwargs)
+        try:
+            async with asyncio.timeout(self.connect_timeout):
+                await conn.connect()  # type: ignore[no-untyped-call]
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await conn.disconnect(nowait=True)
+            raise
+        # Take the transport over from redis-py once the handshake (TLS, AUTH,
+        # SELECT, CLIENT SETNAME) is done; detach it so the connection object
+        # neither closes it nor warns about it.
+        writer = conn._writer
+        if writer is None:  # pragma: no cover - connect() returned without a stream
+            raise RedisConnectionError(f"{self.name}: connection closed during handshake")
+        transport = writer.transport
+        conn._writer = conn._reader = None
+        if transport.is_closing():
+            raise RedisConnectionError(f"{self.name}: connection closed during handshake")
+        assert isinstance(transport, asyncio.Transport)  # noqa: S101
+        protocol = _ReplyProtocol(sink)
+        transport.set_protocol(protocol)
+        return transport, writer, protocol
 
 
 # A request waiting for its reply: (callback, script or None, args after the script's
@@ -159,15 +209,9 @@ class Node:
         scripts: tuple[Script, ...] = (),
     ) -> None:
         self.spec = spec
-        self.name = node_name(spec)
-        cls, kwargs = _connection_kwargs(spec)
-        kwargs.setdefault("socket_connect_timeout", connect_timeout)
-        if kwargs.get("socket_timeout") is None:
-            kwargs["socket_timeout"] = connect_timeout
-        self._connection_class = cls
-        self._connection_kwargs = kwargs
+        self._endpoint = _Endpoint(spec, connect_timeout)
+        self.name = self._endpoint.name
         self._request_timeout = request_timeout
-        self._connect_timeout = connect_timeout
         self._stall_timeout = max(MIN_STALL_TIMEOUT, 20 * request_timeout)
         self._scripts = scripts
 
@@ -239,7 +283,7 @@ class Node:
 
     async def _connect(self) -> None:
         try:
-            transport, writer = await self._open()
+            transport, writer, protocol = await self._endpoint.open(self)
         except Exception as exc:  # every failure is a failed vote, never a crash
             self._connecting = None
             self._last_error = _as_connection_error(self.name, exc)
@@ -255,13 +299,10 @@ class Node:
         self._connecting = None
         self._backoff = BACKOFF_FIRST
         self._retry_at = 0.0
-        protocol = _ReplyProtocol(self)
         self._reader = hiredis.Reader()
         self._transport = transport
-        # The stream writer closes its transport when garbage-collected: keep it.
         self._writer = writer
         self._protocol = protocol
-        transport.set_protocol(protocol)
         ignore: Callback = _ignore
         now = time.monotonic()
         # Load the scripts first: on an ordered connection they are known before the
@@ -279,28 +320,6 @@ class Node:
             else:
                 transport.write(packed)
                 self._pending.append((callback, script, args, now))
-
-    async def _open(self) -> tuple[asyncio.Transport, asyncio.StreamWriter]:
-        conn = self._connection_class(**self._connection_kwargs)
-        try:
-            async with asyncio.timeout(self._connect_timeout):
-                await conn.connect()  # type: ignore[no-untyped-call]
-        except BaseException:
-            with contextlib.suppress(Exception):
-                await conn.disconnect(nowait=True)
-            raise
-        # Take the transport over from redis-py once the handshake (TLS, AUTH,
-        # SELECT, CLIENT SETNAME) is done; detach it so the connection object
-        # neither closes it nor warns about it.
-        writer = conn._writer
-        if writer is None:  # pragma: no cover - connect() returned without a stream
-            raise RedisConnectionError(f"{self.name}: connection closed during handshake")
-        transport = writer.transport
-        conn._writer = conn._reader = None
-        if transport.is_closing():
-            raise RedisConnectionError(f"{self.name}: connection closed during handshake")
-        assert isinstance(transport, asyncio.Transport)  # noqa: S101
-        return transport, writer
 
     def _on_data(self, protocol: _ReplyProtocol, data: bytes) -> None:
         if protocol is not self._protocol:
@@ -397,3 +416,146 @@ def _as_connection_error(name: str, exc: Exception) -> Exception:
     if isinstance(exc, TimeoutError):
         return TimeoutError(f"{name}: connect timed out")
     return RedisConnectionError(f"{name}: cannot connect: {exc}")
+
+
+class Subscriber:
+    """One pub/sub connection to a node, shared by every channel the manager waits on.
+
+    Connected on first use and subscribed only to the channels someone waits on. If
+    the connection is lost, ``on_reset`` is called (a message may have been missed)
+    and the connection is re-established in the background while channels remain.
+    """
+
+    def __init__(
+        self,
+        spec: NodeSpec,
+        *,
+        on_message: Callable[[bytes], None],
+        on_reset: Callable[[], None],
+        connect_timeout: float = 2.0,
+    ) -> None:
+        self._endpoint = _Endpoint(spec, connect_timeout)
+        self.name = self._endpoint.name
+        self._on_message = on_message
+        self._on_reset = on_reset
+        self._channels: dict[bytes, list[asyncio.Future[None]]] = {}
+        self._transport: asyncio.Transport | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._protocol: _ReplyProtocol | None = None
+        self._reader = hiredis.Reader()
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def channels(self) -> frozenset[bytes]:
+        """The channels subscribed to (or about to be)."""
+        return frozenset(self._channels)
+
+    def subscribe(self, channel: bytes) -> asyncio.Future[None]:
+        """Subscribe to ``channel``; the future is done when the node confirmed it."""
+        confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting = self._channels.get(channel)
+        if waiting is None:
+            self._channels[channel] = [confirmed]
+            if self._transport is not None:
+                self._transport.write(pack((b"SUBSCRIBE", channel)))
+            else:
+                self._ensure_connecting()
+        elif not waiting:
+            confirmed.set_result(None)  # already confirmed
+        else:
+            waiting.append(confirmed)
+        return confirmed
+
+    def unsubscribe(self, channel: bytes) -> None:
+        """Stop listening on ``channel``."""
+        waiting = self._channels.pop(channel, None)
+        if waiting is None:
+            return
+        for future in waiting:
+            if not future.done():
+                future.cancel()
+        if self._transport is not None:
+            self._transport.write(pack((b"UNSUBSCRIBE", channel)))
+
+    def _ensure_connecting(self) -> None:
+        if self._task is None and not self._closed:
+            self._task = asyncio.get_running_loop().create_task(self._keep_connected())
+
+    async def _keep_connected(self) -> None:
+        backoff = BACKOFF_FIRST
+        try:
+            while self._channels and not self._closed:
+                try:
+                    transport, writer, protocol = await self._endpoint.open(self)
+                except Exception:  # retried with back-off while channels need it
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, BACKOFF_MAX)
+                    continue
+                self._reader = hiredis.Reader()
+                self._transport = transport
+                self._writer = writer
+                self._protocol = protocol
+                if self._channels:
+                    transport.write(pack((b"SUBSCRIBE", *self._channels)))
+                return
+        finally:
+            self._task = None
+
+    def _on_data(self, protocol: _ReplyProtocol, data: bytes) -> None:
+        if protocol is not self._protocol:
+            return
+        reader = self._reader
+        reader.feed(data)
+        while True:
+            try:
+                reply = reader.gets()
+            except hiredis.ProtocolError:
+                self._reset()
+                return
+            if reply is False:
+                return
+            if not isinstance(reply, list) or len(reply) < 3:
+                continue
+            kind, channel = reply[0], reply[1]
+            if kind == b"message":
+                self._on_message(channel)
+            elif kind == b"subscribe":
+                waiting = self._channels.get(channel)
+                if waiting:
+                    for future in waiting:
+                        if not future.done():
+                            future.set_result(None)
+                    waiting.clear()
+
+    def _on_lost(self, protocol: _ReplyProtocol, exc: Exception | None) -> None:
+        if protocol is self._protocol:
+            self._reset()
+
+    def _reset(self) -> None:
+        transport = self._transport
+        if transport is not None:
+            transport.abort()  # before the writer goes: it closes on collection
+        self._transport = self._protocol = self._writer = None
+        # Messages may have been lost while the connection was going down.
+        self._on_reset()
+        if self._channels:
+            self._ensure_connecting()
+
+    async def aclose(self) -> None:
+        """Close the connection and stop reconnecting."""
+        self._closed = True
+        task = self._task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        transport = self._transport
+        if transport is not None:
+            transport.close()
+        self._transport = self._protocol = self._writer = None
+        for waiting in self._channels.values():
+            for future in waiting:
+                if not future.done():
+                    future.cancel()
+        self._channels.clear()

@@ -27,7 +27,7 @@ from typing import Any, Final, Protocol
 import anyio
 
 from ._node import Callback, Script
-from ._scripts import EXTEND, EXTEND_MANY, RELEASE
+from ._scripts import ACQUIRE, EXTEND, EXTEND_MANY, RELEASE
 
 __all__ = [
     "DRIFT_FLOOR",
@@ -44,10 +44,11 @@ __all__ = [
 #: The constant part of the clock-drift allowance, in seconds (2 ms).
 DRIFT_FLOOR: Final = 0.002
 
+ACQUIRE_SCRIPT: Final = Script(ACQUIRE)
 RELEASE_SCRIPT: Final = Script(RELEASE)
 EXTEND_SCRIPT: Final = Script(EXTEND)
 EXTEND_MANY_SCRIPT: Final = Script(EXTEND_MANY)
-SCRIPTS: Final = (RELEASE_SCRIPT, EXTEND_SCRIPT, EXTEND_MANY_SCRIPT)
+SCRIPTS: Final = (ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT, EXTEND_MANY_SCRIPT)
 #: Most locks renewed by one script call (bounds the time a node spends in it).
 BATCH_LIMIT: Final = 1000
 
@@ -88,10 +89,11 @@ def validity(ttl: float, elapsed: float, drift_factor: float) -> float:
 Classifier = Callable[[Any], bool | None]
 
 
-def _is_ok(reply: Any) -> bool | None:
-    if isinstance(reply, BaseException):
-        return None
-    return reply is not None
+def _is_taken(reply: Any) -> bool | None:
+    # ACQUIRE replies [1, 0] when taken, [0, pttl] when held by someone else.
+    if type(reply) is list and len(reply) == 2:
+        return bool(reply[0] == 1)
+    return None
 
 
 def _is_one(reply: Any) -> bool | None:
@@ -199,6 +201,19 @@ class Attempt:
         """A quorum took the key with validity to spare."""
         return self.expires_at is not None
 
+    def holder_ttl(self) -> float | None:
+        """Seconds until the other holder's key expires on enough nodes, if known.
+
+        The longest remaining time to live among the nodes that said "held": a
+        waiter whose wake-up message is lost sleeps at most this long.
+        """
+        pttls = [
+            reply[1]
+            for reply, verdict in zip(self.votes.replies, self.votes.verdicts, strict=True)
+            if verdict is False and type(reply) is list and reply[1] >= 0
+        ]
+        return max(pttls) / 1000 if pttls else None
+
 
 async def _uncancellable(waiter: asyncio.Future[None]) -> None:
     """Wait for ``waiter`` even if cancelled meanwhile; re-raise the cancellation after.
@@ -281,19 +296,19 @@ class Quorum:
     # -- operations ---------------------------------------------------------------
 
     async def acquire(self, key: bytes, token: bytes, ttl: float) -> Attempt:
-        """One acquire attempt: ``SET key token NX PX ttl`` on every node.
+        """One acquire attempt: ``SET key token NX PX ttl`` (in a script) on every node.
 
         On failure (or cancellation) the key is released again on every node that
         may hold it, and the clean-up is waited for before returning (or raising).
         """
-        args = (b"SET", key, token, b"NX", b"PX", b"%d" % _ms(ttl))
+        args = (b"1", key, token, b"%d" % _ms(ttl))
 
         def send(node: NodeLike, callback: Callback) -> None:
-            node.call(args, callback)
+            node.call_script(ACQUIRE_SCRIPT, args, callback)
 
         start = self.clock()
         try:
-            votes = await self._run(send, _is_ok)
+            votes = await self._run(send, _is_taken)
         except BaseException:
             # Cancelled with requests in flight: any node may have taken the key.
             with anyio.CancelScope(shield=True):
@@ -347,12 +362,16 @@ class Quorum:
                 return votes, expires_at
         return votes, None
 
-    async def extend_many(self, items: Sequence[tuple[bytes, bytes, float]]) -> BatchVotes:
+    async def extend_many(
+        self, items: Sequence[tuple[bytes, bytes, float]], *, budget: float | None = None
+    ) -> BatchVotes:
         """Extend many locks, each ``(key, token, ttl)``, with one script call per node.
 
-        Waits for every node (or ``node_timeout``); never cancelled midway. The
+        Waits for every node, or ``budget`` seconds (default ``node_timeout``: a big batch
+        takes a node longer than one small request); never cancelled midway. The
         caller derives each lock's outcome from the counts, from ``start``.
         """
+        timeout = self.node_timeout if budget is None else budget
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         chunks = [
@@ -361,9 +380,7 @@ class Quorum:
         batch = BatchVotes(len(items), self.n * len(chunks), self.clock(), waiter)
         if not chunks:
             return batch
-        timer = loop.call_later(
-            self.node_timeout, batch.expire, self.nodes, chunks, self.node_timeout
-        )
+        timer = loop.call_later(timeout, batch.expire, self.nodes, chunks, timeout)
         for lo, hi in chunks:
             part = items[lo:hi]
             args: list[bytes] = [b"%d" % len(part)]

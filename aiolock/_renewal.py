@@ -194,7 +194,12 @@ class Renewer:
     async def _renew(self, due: list[Renewal]) -> None:
         manager = self._manager
         quorum = manager._quorum
-        batch = await quorum.extend_many([(r.lock._key, r.token, r.lock.ttl) for r in due])
+        # Renewal is not latency-bound: a batch may take a node longer than one
+        # small request, up to a sixth of the shortest ttl (validity is still ample).
+        timeout = max(quorum.node_timeout, min(r.lock.ttl for r in due) / 6)
+        batch = await quorum.extend_many(
+            [(r.lock._key, r.token, r.lock.ttl) for r in due], budget=timeout
+        )
         now = manager._clock()
         drift_factor = quorum.drift_factor
         for j, renewal in enumerate(due):

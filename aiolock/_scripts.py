@@ -6,14 +6,29 @@ scripts also run on Redis Cluster nodes.
 
 from __future__ import annotations
 
-__all__ = ["EXTEND", "EXTEND_MANY", "RELEASE"]
+__all__ = ["ACQUIRE", "EXTEND", "EXTEND_MANY", "RELEASE"]
 
 # KEYS[1] lock key
 # ARGV[1] token
-# returns 1 when the key held the token and was deleted, else 0
+# ARGV[2] time to live in milliseconds
+# returns {1, 0} when the key was set (the lock taken on this node), else
+#         {0, pttl}: the holder's remaining time to live in ms (-1: no expiry), which
+#         bounds how long a waiter sleeps if the release message is lost.
+ACQUIRE = b"""\
+if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return {1, 0}
+end
+return {0, redis.call('pttl', KEYS[1])}
+"""
+
+# KEYS[1] lock key
+# ARGV[1] token
+# returns 1 when the key held the token and was deleted, else 0.
+# On release, the channel KEYS[1] .. ':released' tells waiting processes to try now.
 RELEASE = b"""\
 if redis.call('get', KEYS[1]) == ARGV[1] then
     redis.call('del', KEYS[1])
+    redis.call('publish', KEYS[1] .. ':released', '')
     return 1
 end
 return 0

@@ -45,9 +45,15 @@ def test_demo_runs_on_embedded_nodes_and_exits_cleanly() -> None:
 
 
 def test_bench_prints_figures_as_json() -> None:
-    result = run("bench", "--count", "30", "--json")
+    result = run(
+        "bench", "--count", "30", "--json", "--renewal-locks", "200", "--renewal-seconds", "1"
+    )
     assert result.returncode == 0, result.stderr
-    figures = {f["name"]: f for f in json.loads(result.stdout)}
+    report = json.loads(result.stdout)
+    assert report["renewal"]["locks"] == 200
+    assert report["renewal"]["all_owned"] is True
+    assert report["renewal"]["rss_mb"] > 0
+    figures = {f["name"]: f for f in report["latency"]}
     assert "ping (redis-py)" in figures
     assert "cycle1 acquire+release" in figures
     assert "cycle5 acquire+release" in figures

@@ -258,21 +258,47 @@ async def test_handle_may_be_released_from_another_task(locks: LockManager, name
     assert await locks.lock(name).acquire(timeout=0)
 
 
-async def test_cancelled_acquire_leaves_no_key(
+async def test_cancelled_waiting_acquire_leaves_no_key(
     locks: LockManager, clients: list[redis.Redis], name: str
 ) -> None:
     holder = locks.lock(name, ttl=10)
     assert await holder.acquire()
+    holder_token = await clients[0].get(key(name))
     waiter = locks.lock(name, ttl=10)
     task = asyncio.create_task(waiter.acquire(timeout=None))
     await asyncio.sleep(0.1)
-    await holder.release()
-    # Cancel at every point of the race with the holder's release.
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not waiter.owned
+    assert [await c.get(key(name)) for c in clients] == [holder_token] * 5
+    await holder.release()
     assert await keys_on(clients, name) == [False] * 5
+
+
+async def test_acquire_cancelled_during_handoff_holds_or_leaves_nothing(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    for delay in (0, 0.0002, 0.0005, 0.001, 0.002, 0.005):
+        holder = locks.lock(name, ttl=10)
+        assert await holder.acquire()
+        waiter = locks.lock(name, ttl=10)
+        task = asyncio.create_task(waiter.acquire(timeout=None))
+        await asyncio.sleep(0.05)
+        release = asyncio.create_task(holder.release())
+        await asyncio.sleep(delay)
+        task.cancel()
+        try:
+            held = await task
+        except asyncio.CancelledError:
+            held = False
+        await release
+        # Either the waiter got the lock (and holds it on every node) or nothing
+        # of it remains anywhere.
+        assert waiter.owned is held
+        assert await keys_on(clients, name) == [held] * 5
+        if held:
+            await waiter.release()
 
 
 async def test_cancelled_acquire_mid_request_leaves_no_key(

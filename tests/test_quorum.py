@@ -11,7 +11,18 @@ from typing import Any
 import pytest
 
 from aiolock._node import Callback, Script
-from aiolock._quorum import DRIFT_FLOOR, Quorum, drift, quorum_size, validity
+from aiolock._quorum import (
+    ACQUIRE_SCRIPT,
+    DRIFT_FLOOR,
+    RELEASE_SCRIPT,
+    Quorum,
+    drift,
+    quorum_size,
+    validity,
+)
+
+TAKEN = [1, 0]  # ACQUIRE's reply when the key was set
+HELD = [0, 5000]  # ... when someone else holds it, 5 s to live
 
 
 class FakeClock:
@@ -28,7 +39,7 @@ class FakeNode:
     def __init__(
         self,
         name: str,
-        reply: Any = b"OK",
+        reply: Any = TAKEN,
         delay: float | None = 0.0,
         clock: FakeClock | None = None,
         advance: float = 0.0,
@@ -53,7 +64,17 @@ class FakeNode:
             asyncio.get_running_loop().call_later(self.delay, self._answer, callback, reply)
 
     def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None:
+        if script is RELEASE_SCRIPT and not isinstance(self.reply, Exception):
+            # The clean-up after a failed attempt deletes what this node took.
+            self.calls.append((b"EVALSHA", script.sha, *args))
+            if self.delay is not None:
+                asyncio.get_running_loop().call_later(self.delay, self._answer, callback, 1)
+            return
         self.call((b"EVALSHA", script.sha, *args), callback)
+
+    def scripts(self) -> list[str]:
+        names = {ACQUIRE_SCRIPT.sha: "acquire", RELEASE_SCRIPT.sha: "release"}
+        return [names.get(call[1], "other") for call in self.calls]
 
 
 def make(nodes: list[FakeNode], clock: FakeClock | None = None, **kw: Any) -> Quorum:
@@ -63,10 +84,6 @@ def make(nodes: list[FakeNode], clock: FakeClock | None = None, **kw: Any) -> Qu
         drift_factor=kw.get("drift_factor", 0.01),
         clock=clock or FakeClock(),
     )
-
-
-def is_set(args: tuple[bytes, ...]) -> bool:
-    return args[0] == b"SET"
 
 
 @pytest.mark.parametrize(("n", "q"), [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (7, 4)])
@@ -100,7 +117,7 @@ async def test_acquire_fails_when_validity_is_used_up_and_cleans_up() -> None:
     assert not attempt.votes.outage
     # Every node that said yes is asked to release.
     for node in nodes:
-        assert node.calls[-1][0] == b"EVALSHA"
+        assert node.scripts() == ["acquire", "release"]
 
 
 async def test_acquire_decides_without_waiting_for_a_slow_node() -> None:
@@ -114,7 +131,7 @@ async def test_acquire_decides_without_waiting_for_a_slow_node() -> None:
 
 
 async def test_contention_is_not_an_outage_and_definite_noes_are_not_cleaned() -> None:
-    nodes = [FakeNode(f"n{i}", reply=None) for i in range(3)] + [FakeNode("a"), FakeNode("b")]
+    nodes = [FakeNode(f"n{i}", reply=HELD) for i in range(3)] + [FakeNode("a"), FakeNode("b")]
     quorum = make(nodes)
     attempt = await quorum.acquire(b"k", b"t", 10.0)
     assert not attempt.acquired
@@ -122,7 +139,10 @@ async def test_contention_is_not_an_outage_and_definite_noes_are_not_cleaned() -
     assert attempt.votes.no == 3
     # No release is sent to nodes that said "held by someone else".
     for node in nodes[:3]:
-        assert [c[0] for c in node.calls] == [b"SET"]
+        assert node.scripts() == ["acquire"]
+    for node in nodes[3:]:
+        assert node.scripts() == ["acquire", "release"]
+    assert attempt.holder_ttl() == 5.0
 
 
 async def test_failing_nodes_are_an_outage_with_errors_per_node() -> None:
@@ -135,7 +155,8 @@ async def test_failing_nodes_are_an_outage_with_errors_per_node() -> None:
     assert attempt.votes.errors(quorum.nodes) == {"n0": boom, "n1": boom, "n2": boom}
     # The clean-up reaches every node that may hold the key, failed ones included.
     for node in nodes:
-        assert node.calls[-1][0] == b"EVALSHA"
+        assert node.scripts() == ["acquire", "release"]
+    assert attempt.holder_ttl() is None
 
 
 async def test_unanswered_nodes_time_out_after_node_timeout() -> None:
@@ -160,7 +181,7 @@ async def test_cancelled_acquire_still_cleans_up_every_node() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     for node in nodes:
-        assert [c[0] for c in node.calls] == [b"SET", b"EVALSHA"]
+        assert node.scripts() == ["acquire", "release"]
 
 
 async def test_release_completes_when_cancelled_midway() -> None:
