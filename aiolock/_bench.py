@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
+import os
 import platform
 import statistics
+import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -20,7 +24,15 @@ import redis.asyncio as redis
 from ._manager import LockManager
 from .testing import Server, Servers, redis_servers
 
-__all__ = ["Figure", "RenewalFigures", "run_latency", "run_renewal"]
+__all__ = [
+    "ContentionFigures",
+    "Figure",
+    "RenewalFigures",
+    "run_contention",
+    "run_latency",
+    "run_renewal",
+    "run_waiters",
+]
 
 
 @dataclass
@@ -196,8 +208,187 @@ async def run_renewal(
 
 
 async def _evalsha_calls(client: redis.Redis) -> int:
+    # Every command aiolock sends is a script (EVALSHA, or EVAL after a flush).
     stats = await client.info("commandstats")
-    return int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+    return sum(int(stats.get(n, {}).get("calls", 0)) for n in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
+# -- contention ------------------------------------------------------------------------
+
+
+async def _contend(
+    nodes: Sequence[str], name: str, tasks: int, seconds: float, counter: str
+) -> list[tuple[float, float]]:
+    """Run ``tasks`` tasks doing read-modify-write under one lock for ``seconds``.
+
+    The counter is a file shared by every process; the critical section yields to
+    the event loop between read and write, so that any overlap loses increments.
+    Returns each critical section's (entered, leaving) times on the system-wide
+    monotonic clock, comparable across processes of one machine.
+    """
+    sections: list[tuple[float, float]] = []
+    async with LockManager(nodes) as locks:
+        stop_at = time.monotonic() + seconds
+
+        async def task() -> None:
+            lock = locks.lock(name, ttl=10, auto_renew=False)
+            while time.monotonic() < stop_at:
+                if not await lock.acquire(timeout=30):  # pragma: no cover
+                    raise RuntimeError("contention benchmark: acquire timed out")
+                entered = time.monotonic()
+                with open(counter, "r+b") as f:  # noqa: ASYNC230
+                    value = int(f.read() or b"0")
+                    await asyncio.sleep(0)
+                    f.seek(0)
+                    f.write(b"%d" % (value + 1))
+                    f.truncate()
+                sections.append((entered, time.monotonic()))
+                await lock.release()
+
+        await asyncio.gather(*(task() for _ in range(tasks)))
+    return sections
+
+
+@dataclass
+class ContentionFigures:
+    """Throughput, handoff latency and correctness of one contention run."""
+
+    name: str
+    processes: int
+    tasks: int
+    sections: int
+    per_second: float
+    handoff_p50_us: float
+    handoff_p99_us: float
+    overlaps: int
+    counter_exact: bool
+    ratio: float = 0.0
+
+    def row(self) -> str:
+        """A text row."""
+        return (
+            f"{self.name:<28} {self.per_second:>9.0f}/s  handoff p50 {self.handoff_p50_us:>7.0f}"
+            f" µs ({self.ratio:.2f} x ping)  p99 {self.handoff_p99_us:>7.0f} µs  "
+            f"overlaps {self.overlaps}  counter exact: {self.counter_exact}"
+        )
+
+
+def _analyse(
+    name: str, processes: int, tasks: int, sections: list[tuple[float, float]], counted: int
+) -> ContentionFigures:
+    sections.sort()
+    handoffs = [b[0] - a[1] for a, b in itertools.pairwise(sections)]
+    overlaps = sum(1 for gap in handoffs if gap < 0)
+    span = sections[-1][1] - sections[0][0] if sections else 1.0
+    ordered = sorted(handoffs) or [0.0]
+    return ContentionFigures(
+        name=name,
+        processes=processes,
+        tasks=tasks,
+        sections=len(sections),
+        per_second=len(sections) / span,
+        handoff_p50_us=statistics.median(ordered) * 1e6,
+        handoff_p99_us=ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e6,
+        overlaps=overlaps,
+        counter_exact=counted == len(sections),
+    )
+
+
+async def run_contention(
+    urls: Sequence[str] | None = None, *, seconds: float = 3.0
+) -> list[ContentionFigures]:
+    """16 tasks in one process, then 4 processes x 4 tasks, on one name over 5 nodes."""
+    out = []
+    async with _nodes(urls, 5) as nodes:
+        with tempfile.TemporaryDirectory(prefix="aiolock-bench-") as tmp:
+            counter = os.path.join(tmp, "counter")
+            with open(counter, "wb"):  # noqa: ASYNC230
+                pass
+            sections = await _contend(nodes, "bench:contention:1", 16, seconds, counter)
+            out.append(_analyse("16 tasks, 1 process", 1, 16, sections, _read(counter)))
+
+            with open(counter, "wb"):  # noqa: ASYNC230
+                pass
+            args = ["-m", "aiolock._bench", "contend", str(seconds), counter, *nodes]
+            procs = [
+                await asyncio.create_subprocess_exec(
+                    sys.executable, *args, stdout=asyncio.subprocess.PIPE
+                )
+                for _ in range(4)
+            ]
+            sections = []
+            for proc in procs:
+                stdout, _ = await proc.communicate()
+                if proc.returncode:  # pragma: no cover
+                    raise RuntimeError("a contention worker process failed")
+                sections.extend((a, b) for a, b in json.loads(stdout))
+            out.append(_analyse("4 processes x 4 tasks", 4, 4, sections, _read(counter)))
+    return out
+
+
+def _read(path: str) -> int:
+    with open(path, "rb") as f:
+        return int(f.read() or b"0")
+
+
+@dataclass
+class WaitersFigures:
+    """Redis commands per handoff with many waiters on one name."""
+
+    waiters: int
+    handoffs: int
+    commands_per_handoff_per_node: float
+    seconds: float
+
+    def row(self) -> str:
+        """A text row."""
+        return (
+            f"{self.waiters} waiters on one name: {self.handoffs} handoffs in "
+            f"{self.seconds:.2f}s, {self.commands_per_handoff_per_node:.2f} commands "
+            "per handoff per node"
+        )
+
+
+async def run_waiters(urls: Sequence[str] | None = None, *, waiters: int = 1000) -> WaitersFigures:
+    """``waiters`` tasks queue for one held name; count commands until all had it."""
+    async with _nodes(urls, 5) as nodes, LockManager(nodes) as locks:
+        name = "bench:waiters"
+        holder = locks.lock(name, ttl=30, auto_renew=False)
+        if not await holder.acquire(timeout=5):  # pragma: no cover
+            raise RuntimeError("could not acquire the benchmark's lock")
+
+        async def waiter() -> None:
+            lock = locks.lock(name, ttl=30, auto_renew=False)
+            if not await lock.acquire(timeout=120):  # pragma: no cover
+                raise RuntimeError("waiters benchmark: acquire timed out")
+            await lock.release()
+
+        tasks = [asyncio.create_task(waiter()) for _ in range(waiters)]
+        await asyncio.sleep(0.5)
+        clients = [redis.Redis.from_url(url) for url in nodes]
+        try:
+            before = sum([await _evalsha_calls(c) for c in clients])
+            started = time.monotonic()
+            await holder.release()
+            await asyncio.gather(*tasks)
+            seconds = time.monotonic() - started
+            after = sum([await _evalsha_calls(c) for c in clients])
+        finally:
+            for client in clients:
+                await client.aclose()
+        return WaitersFigures(
+            waiters=waiters,
+            handoffs=waiters,
+            commands_per_handoff_per_node=(after - before) / waiters / len(nodes),
+            seconds=seconds,
+        )
+
+
+def _worker_main(argv: Sequence[str]) -> int:
+    seconds, counter, *nodes = argv
+    sections = asyncio.run(_contend(nodes, "bench:contention:4", 4, float(seconds), counter))
+    print(json.dumps(sections))
+    return 0
 
 
 def main(
@@ -205,21 +396,44 @@ def main(
     *,
     count: int,
     as_json: bool,
+    contention_seconds: float = 3.0,
+    waiters: int = 1000,
     renewal_locks: int = 0,
     renewal_seconds: float = 60.0,
 ) -> int:
     """Run the benchmarks and print them."""
     figures = asyncio.run(run_latency(urls, count=count, warmup=max(10, count // 10)))
+    ping = figures[0].median_us
+    contention: list[ContentionFigures] = []
+    if contention_seconds > 0:
+        contention = asyncio.run(run_contention(urls, seconds=contention_seconds))
+        for figure in contention:
+            figure.ratio = figure.handoff_p50_us / ping
+    waiting = asyncio.run(run_waiters(urls, waiters=waiters)) if waiters else None
     renewal = None
     if renewal_locks:
         renewal = asyncio.run(run_renewal(urls, locks=renewal_locks, seconds=renewal_seconds))
     if as_json:
-        out: dict[str, object] = {"latency": [asdict(f) for f in figures]}
+        out: dict[str, object] = {
+            "latency": [asdict(f) for f in figures],
+            "contention": [asdict(f) for f in contention],
+        }
+        if waiting is not None:
+            out["waiters"] = asdict(waiting)
         if renewal is not None:
             out["renewal"] = asdict(renewal)
         print(json.dumps(out, indent=2))
     else:
         print(format_table(figures))
+        for figure in contention:
+            print(figure.row())
+        if waiting is not None:
+            print(waiting.row())
         if renewal is not None:
             print(renewal.table())
     return 0
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["contend"]:
+        sys.exit(_worker_main(sys.argv[2:]))

@@ -144,6 +144,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--count", type=int, default=2000, help="samples per figure")
     bench.add_argument("--json", action="store_true", help="print JSON instead of a table")
     bench.add_argument(
+        "--contention-seconds",
+        type=float,
+        default=3.0,
+        metavar="S",
+        help="length of each contention run (0: skip)",
+    )
+    bench.add_argument(
+        "--waiters", type=int, default=1000, metavar="N", help="tasks queued on one name (0: skip)"
+    )
+    bench.add_argument(
         "--renewal-locks",
         type=int,
         default=0,
@@ -167,6 +177,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.nodes,
             count=args.count,
             as_json=args.json,
+            contention_seconds=args.contention_seconds,
+            waiters=args.waiters,
             renewal_locks=args.renewal_locks,
             renewal_seconds=args.renewal_seconds,
         )

@@ -22,6 +22,7 @@ tens of milliseconds. Instead:
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
@@ -110,8 +111,10 @@ class Waiting:
         taken: float | None = None
         try:
             if not turn.done():
-                with anyio.move_on_after(deadline - self._clock()):
-                    await turn
+                # asyncio.wait, not a cancel scope: cancelling the wait would cancel
+                # the turn future itself.
+                left = deadline - self._clock()
+                await asyncio.wait([turn], timeout=None if math.isinf(left) else max(0.0, left))
                 if not turn.done():
                     return None
             # Not None: the previous head of this process holds the lock; its

@@ -46,10 +46,16 @@ def test_demo_runs_on_embedded_nodes_and_exits_cleanly() -> None:
 
 def test_bench_prints_figures_as_json() -> None:
     result = run(
-        "bench", "--count", "30", "--json", "--renewal-locks", "200", "--renewal-seconds", "1"
-    )
+        "bench", "--count", "30", "--json", "--contention-seconds", "0.3",
+        "--waiters", "50", "--renewal-locks", "200", "--renewal-seconds", "1",
+    )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
+    assert [c["overlaps"] for c in report["contention"]] == [0, 0]
+    assert all(c["counter_exact"] for c in report["contention"])
+    assert all(c["sections"] > 0 for c in report["contention"])
+    assert report["waiters"]["handoffs"] == 50
+    assert 0 < report["waiters"]["commands_per_handoff_per_node"] < 5
     assert report["renewal"]["locks"] == 200
     assert report["renewal"]["all_owned"] is True
     assert report["renewal"]["rss_mb"] > 0

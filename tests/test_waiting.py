@@ -1,0 +1,233 @@
+"""Waiting for a held lock: local FIFO, pub/sub wake-ups, lost messages, processes."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis.asyncio as redis
+
+from aiolock import LockManager
+
+from .conftest import key
+
+
+async def _calls(clients: list[redis.Redis]) -> int:
+    """Scripts run on all nodes: every command aiolock sends is one (commands that
+    scripts run inside are counted by the server too, and left out here)."""
+    total = 0
+    for client in clients:
+        stats = await client.info("commandstats")
+        for name in ("cmdstat_evalsha", "cmdstat_eval"):
+            total += int(stats.get(name, {}).get("calls", 0))
+    return total
+
+
+async def test_waiters_acquire_in_fifo_order(locks: LockManager, name: str) -> None:
+    holder = locks.lock(name, ttl=10)
+    assert await holder.acquire()
+    order: list[int] = []
+
+    async def waiter(i: int) -> None:
+        async with locks.lock(name, ttl=10, timeout=20):
+            order.append(i)
+            await asyncio.sleep(0.01)
+
+    tasks = []
+    for i in range(8):
+        tasks.append(asyncio.create_task(waiter(i)))
+        await asyncio.sleep(0.02)  # queue them in a known order
+    assert locks._waiting.waiters(locks._key(name)) == 8
+    await holder.release()
+    await asyncio.gather(*tasks)
+    assert order == list(range(8))
+    assert locks._waiting.waiters(locks._key(name)) == 0
+
+
+async def test_release_wakes_waiter_in_another_manager_at_once(urls: list[str], name: str) -> None:
+    # Two managers: the wake-up must come from pub/sub, not from a local release.
+    async with LockManager(urls) as one, LockManager(urls) as two:
+        holder = one.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire()
+        waiter = two.lock(name, ttl=30)
+        task = asyncio.create_task(waiter.acquire(timeout=20))
+        await asyncio.sleep(0.2)
+        released_at = time.monotonic()
+        await holder.release()
+        assert await task
+        # Far less than the holder's 30 s ttl, which bounds the fallback wait.
+        assert time.monotonic() - released_at < 2.0
+        await waiter.release()
+
+
+async def test_lost_release_message_costs_at_most_the_holders_ttl(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager(urls) as one, LockManager(urls) as two:
+        holder = one.lock(name, ttl=1.0, auto_renew=False)
+        assert await holder.acquire()
+        waiter = two.lock(name, ttl=5)
+        task = asyncio.create_task(waiter.acquire(timeout=20))
+        await asyncio.sleep(0.1)
+        # The key goes away without a release message: deleted behind the back
+        # (as if the message were lost). The waiter must not hang until its timeout.
+        for client in clients:
+            await client.delete(key(name))
+        started = time.monotonic()
+        assert await task
+        assert time.monotonic() - started < 3.0
+        await waiter.release()
+
+
+async def test_killed_pubsub_connections_do_not_hang_waiters(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager(urls) as one, LockManager(urls) as two:
+        holder = one.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire()
+        waiter = two.lock(name, ttl=5)
+        task = asyncio.create_task(waiter.acquire(timeout=20))
+        await asyncio.sleep(0.2)
+        for client in clients:
+            await client.client_kill_filter(_type="pubsub")
+        await asyncio.sleep(0.3)  # reconnected and resubscribed meanwhile
+        started = time.monotonic()
+        await holder.release()
+        assert await task
+        assert time.monotonic() - started < 3.0
+        await waiter.release()
+
+
+async def test_waiter_timeout_leaves_queue_and_others_proceed(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    holder = locks.lock(name, ttl=10)
+    assert await holder.acquire()
+    holder_token = await clients[0].get(key(name))
+    patient = asyncio.create_task(locks.lock(name, ttl=10).acquire(timeout=20))
+    await asyncio.sleep(0.05)
+    impatient = locks.lock(name, ttl=10)
+    started = time.monotonic()
+    assert await impatient.acquire(timeout=0.3) is False
+    assert 0.25 < time.monotonic() - started < 3.0
+    assert not impatient.owned
+    assert locks._waiting.waiters(locks._key(name)) == 1
+    assert [await c.get(key(name)) for c in clients] == [holder_token] * 5
+    await holder.release()
+    assert await patient
+
+
+async def test_cancelled_head_passes_its_turn_on(locks: LockManager, name: str) -> None:
+    holder = locks.lock(name, ttl=10)
+    assert await holder.acquire()
+    first = asyncio.create_task(locks.lock(name, ttl=10).acquire(timeout=20))
+    await asyncio.sleep(0.05)
+    second_lock = locks.lock(name, ttl=10)
+    second = asyncio.create_task(second_lock.acquire(timeout=20))
+    await asyncio.sleep(0.05)
+    first.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await first
+    await holder.release()
+    assert await asyncio.wait_for(second, 5)
+    assert second_lock.owned
+    await second_lock.release()
+    assert locks._waiting.waiters(locks._key(name)) == 0
+
+
+async def test_commands_per_handoff_do_not_grow_with_waiters(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    async def per_handoff(waiters: int) -> float:
+        lock_name = f"{name}-{waiters}"
+        holder = locks.lock(lock_name, ttl=10, auto_renew=False)
+        assert await holder.acquire()
+        done = 0
+
+        async def waiter() -> None:
+            nonlocal done
+            lock = locks.lock(lock_name, ttl=10, auto_renew=False)
+            assert await lock.acquire(timeout=60)
+            done += 1
+            await asyncio.sleep(0.001)
+            await lock.release()
+
+        tasks = [asyncio.create_task(waiter()) for _ in range(waiters)]
+        await asyncio.sleep(0.2)  # all queued
+        before = await _calls(clients)
+        await holder.release()
+        await asyncio.gather(*tasks)
+        after = await _calls(clients)
+        assert done == waiters
+        return (after - before) / waiters
+
+    few = await per_handoff(5)
+    many = await per_handoff(200)
+    # Each handoff: one release and one acquire per node (10 on 5 nodes), plus a
+    # failed attempt now and then; never one attempt per waiter.
+    assert many <= 2 * 10, many
+    assert many <= few * 1.5 + 2, (few, many)
+
+
+WORKER = """
+import asyncio, json, sys, time
+from aiolock import LockManager
+
+async def main(counter, nodes):
+    inside = []
+    async with LockManager(nodes) as locks:
+        async def task():
+            for _ in range(15):
+                async with locks.lock("cross-process", ttl=5, timeout=60):
+                    entered = time.monotonic()
+                    with open(counter, "r+b") as f:
+                        value = int(f.read() or b"0")
+                        await asyncio.sleep(0.001)
+                        f.seek(0); f.write(b"%d" % (value + 1)); f.truncate()
+                    inside.append((entered, time.monotonic()))
+        await asyncio.gather(*(task() for _ in range(3)))
+    print(json.dumps(inside))
+
+asyncio.run(main(sys.argv[1], sys.argv[2:]))
+"""
+
+
+async def test_exclusive_across_processes(urls: list[str], tmp_path: Path) -> None:
+    counter = tmp_path / "counter"
+    counter.write_bytes(b"0")
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            WORKER,
+            str(counter),
+            *urls,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        for _ in range(4)
+    ]
+    sections: list[tuple[float, float]] = []
+    for proc in procs:
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        assert proc.returncode == 0, err.decode()
+        sections.extend((a, b) for a, b in json.loads(out))
+    assert int(counter.read_bytes()) == 4 * 3 * 15
+    sections.sort()
+    overlaps = [(a, b) for a, b in itertools.pairwise(sections) if b[0] < a[1]]
+    assert overlaps == []
+
+
+def test_subprocess_module_is_usable() -> None:
+    # Guard for the cross-process test: the worker imports the installed package.
+    result = subprocess.run(
+        [sys.executable, "-c", "import aiolock; print(aiolock.__version__)"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
