@@ -201,16 +201,10 @@ asyncio.run(main(sys.argv[1], sys.argv[2:]))
 async def test_exclusive_across_processes(urls: list[str], tmp_path: Path) -> None:
     counter = tmp_path / "counter"
     counter.write_bytes(b"0")
+    args = ["-c", WORKER, str(counter), *urls]
+    pipe = asyncio.subprocess.PIPE
     procs = [
-        await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            WORKER,
-            str(counter),
-            *urls,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+        await asyncio.create_subprocess_exec(sys.executable, *args, stdout=pipe, stderr=pipe)
         for _ in range(4)
     ]
     sections: list[tuple[float, float]] = []
