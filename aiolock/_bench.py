@@ -218,15 +218,16 @@ async def _evalsha_calls(client: redis.Redis) -> int:
 
 async def _contend(
     nodes: Sequence[str], name: str, tasks: int, seconds: float, counter: str
-) -> list[tuple[float, float]]:
+) -> list[tuple[float, float, int]]:
     """Run ``tasks`` tasks doing read-modify-write under one lock for ``seconds``.
 
     The counter is a file shared by every process; the critical section yields to
     the event loop between read and write, so that any overlap loses increments.
     Returns each critical section's (entered, leaving) times on the system-wide
-    monotonic clock, comparable across processes of one machine.
+    monotonic clock, comparable across processes of one machine, and its process id.
     """
-    sections: list[tuple[float, float]] = []
+    sections: list[tuple[float, float, int]] = []
+    pid = os.getpid()
     async with LockManager(nodes) as locks:
         stop_at = time.monotonic() + seconds
 
@@ -242,7 +243,7 @@ async def _contend(
                     f.seek(0)
                     f.write(b"%d" % (value + 1))
                     f.truncate()
-                sections.append((entered, time.monotonic()))
+                sections.append((entered, time.monotonic(), pid))
                 await lock.release()
 
         await asyncio.gather(*(task() for _ in range(tasks)))
@@ -262,35 +263,70 @@ class ContentionFigures:
     handoff_p99_us: float
     overlaps: int
     counter_exact: bool
+    #: Handoffs from one process to another (all of them with one process).
+    cross_process_handoffs: int = 0
+    cross_process_p50_us: float = 0.0
+    cross_process_p99_us: float = 0.0
+    #: Critical sections of the process that had the fewest, over the mean.
+    fairness: float = 1.0
     ratio: float = 0.0
+    cross_process_ratio: float = 0.0
 
     def row(self) -> str:
         """A text row."""
-        return (
-            f"{self.name:<28} {self.per_second:>9.0f}/s  handoff p50 {self.handoff_p50_us:>7.0f}"
-            f" µs ({self.ratio:.2f} x ping)  p99 {self.handoff_p99_us:>7.0f} µs  "
+        row = (
+            f"{self.name:<24} {self.per_second:>6.0f}/s  handoff p50 {self.handoff_p50_us:>5.0f}"
+            f" µs ({self.ratio:.2f} x ping) p99 {self.handoff_p99_us:>5.0f} µs  "
             f"overlaps {self.overlaps}  counter exact: {self.counter_exact}"
         )
+        if self.processes > 1:
+            row += (
+                f"\n{'':<24} {self.cross_process_handoffs:>6} handoffs between processes: "
+                f"p50 {self.cross_process_p50_us:.0f} µs ({self.cross_process_ratio:.2f} x ping)"
+                f" p99 {self.cross_process_p99_us:.0f} µs; fairness {self.fairness:.2f}"
+            )
+        return row
+
+
+def _p50_p99(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values) or [0.0]
+    p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
+    return statistics.median(ordered) * 1e6, p99 * 1e6
 
 
 def _analyse(
-    name: str, processes: int, tasks: int, sections: list[tuple[float, float]], counted: int
+    name: str,
+    processes: int,
+    tasks: int,
+    sections: list[tuple[float, float, int]],
+    counted: int,
 ) -> ContentionFigures:
     sections.sort()
-    handoffs = [b[0] - a[1] for a, b in itertools.pairwise(sections)]
+    pairs = list(itertools.pairwise(sections))
+    handoffs = [b[0] - a[1] for a, b in pairs]
+    crossing = [b[0] - a[1] for a, b in pairs if a[2] != b[2]]
     overlaps = sum(1 for gap in handoffs if gap < 0)
     span = sections[-1][1] - sections[0][0] if sections else 1.0
-    ordered = sorted(handoffs) or [0.0]
+    p50, p99 = _p50_p99(handoffs)
+    cross_p50, cross_p99 = _p50_p99(crossing)
+    per_process: dict[int, int] = {}
+    for section in sections:
+        per_process[section[2]] = per_process.get(section[2], 0) + 1
+    counts = list(per_process.values()) + [0] * (processes - len(per_process))
     return ContentionFigures(
         name=name,
         processes=processes,
         tasks=tasks,
         sections=len(sections),
         per_second=len(sections) / span,
-        handoff_p50_us=statistics.median(ordered) * 1e6,
-        handoff_p99_us=ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1e6,
+        handoff_p50_us=p50,
+        handoff_p99_us=p99,
         overlaps=overlaps,
         counter_exact=counted == len(sections),
+        cross_process_handoffs=len(crossing),
+        cross_process_p50_us=cross_p50,
+        cross_process_p99_us=cross_p99,
+        fairness=min(counts) / statistics.mean(counts) if counts else 1.0,
     )
 
 
@@ -321,7 +357,7 @@ async def run_contention(
                 stdout, _ = await proc.communicate()
                 if proc.returncode:  # pragma: no cover
                     raise RuntimeError("a contention worker process failed")
-                sections.extend((a, b) for a, b in json.loads(stdout))
+                sections.extend((a, b, c) for a, b, c in json.loads(stdout))
             out.append(_analyse("4 processes x 4 tasks", 4, 4, sections, _read(counter)))
     return out
 
@@ -409,6 +445,7 @@ def main(
         contention = asyncio.run(run_contention(urls, seconds=contention_seconds))
         for figure in contention:
             figure.ratio = figure.handoff_p50_us / ping
+            figure.cross_process_ratio = figure.cross_process_p50_us / ping
     waiting = asyncio.run(run_waiters(urls, waiters=waiters)) if waiters else None
     renewal = None
     if renewal_locks:

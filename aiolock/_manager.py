@@ -12,7 +12,7 @@ import anyio
 
 from ._lock import Lock, check_name, check_timeout, check_ttl
 from ._node import Node, NodeSpec, node_key, node_name
-from ._quorum import SCRIPTS, Quorum
+from ._quorum import EXTEND_MANY_SCRIPT, SCRIPTS, Quorum
 from ._renewal import Renewer
 from ._waiting import Waiting
 
@@ -84,6 +84,19 @@ class LockManager:
         self._nodes = [Node(spec, request_timeout=node_timeout, scripts=SCRIPTS) for spec in specs]
         self._quorum = Quorum(
             self._nodes,
+            node_timeout=node_timeout,
+            drift_factor=drift_factor,
+            clock=self._clock,
+        )
+        # Renewal has connections of its own (opened on first use): a batch of a
+        # thousand locks takes a node milliseconds, and on the ordered hot-path
+        # connection every acquire and release would queue behind it.
+        self._renewal_nodes = [
+            Node(spec, request_timeout=node_timeout, scripts=(EXTEND_MANY_SCRIPT,))
+            for spec in specs
+        ]
+        self._renewal_quorum = Quorum(
+            self._renewal_nodes,
             node_timeout=node_timeout,
             drift_factor=drift_factor,
             clock=self._clock,
@@ -181,7 +194,7 @@ class LockManager:
         with anyio.CancelScope(shield=True):
             await self._renewer.aclose()
             await self._waiting.aclose()
-            for node in self._nodes:
+            for node in (*self._nodes, *self._renewal_nodes):
                 await node.aclose()
 
     @property

@@ -221,6 +221,8 @@ class Node:
         self._reader = hiredis.Reader()
         self._pending: deque[_Pending] = deque()
         self._queued: list[_Queued] = []
+        self._wbuf: list[bytes] = []
+        self._loop: asyncio.AbstractEventLoop  # set on connect, before any _write
         self._connecting: asyncio.Task[None] | None = None
         self._retry_at = 0.0
         self._backoff = BACKOFF_FIRST
@@ -256,7 +258,7 @@ class Node:
             if pending and now - pending[0][3] > self._stall_timeout:
                 self._reset(TimeoutError(f"{self.name}: no reply for {self._stall_timeout:.2f}s"))
             else:
-                transport.write(packed)
+                self._write(packed)
                 pending.append((callback, script, args, now))
                 return
         if self._closed:
@@ -270,6 +272,25 @@ class Node:
                 return
             self._connecting = asyncio.get_running_loop().create_task(self._connect())
         self._queued.append((packed, callback, script, args, now + self._request_timeout))
+
+    def _write(self, packed: bytes) -> None:
+        # Requests written in one event-loop iteration (a release and the next
+        # waiter's acquire, a renewal batch, many tasks) leave in one send() at
+        # the end of it: system calls, not bytes, are what costs.
+        wbuf = self._wbuf
+        if not wbuf:
+            self._loop.call_soon(self._flush)
+        wbuf.append(packed)
+
+    def _flush(self) -> None:
+        wbuf = self._wbuf
+        if not wbuf:
+            return
+        transport = self._transport
+        data = wbuf[0] if len(wbuf) == 1 else b"".join(wbuf)
+        wbuf.clear()
+        if transport is not None:
+            transport.write(data)
 
     # -- connection -------------------------------------------------------------
 
@@ -300,6 +321,8 @@ class Node:
         self._backoff = BACKOFF_FIRST
         self._retry_at = 0.0
         self._reader = hiredis.Reader()
+        self._loop = asyncio.get_running_loop()
+        self._wbuf.clear()
         self._transport = transport
         self._writer = writer
         self._protocol = protocol
@@ -346,9 +369,8 @@ class Node:
                     # the source. Later requests may run before this one; only the
                     # retried script is delayed, never a reply mismatched.
                     retry = (b"EVAL", script.source, *sent_args)
-                    transport = self._transport
-                    if transport is not None:
-                        transport.write(pack(retry))
+                    if self._transport is not None:
+                        self._write(pack(retry))
                         pending.append((callback, None, retry, time.monotonic()))
                         continue
                 reply = _named(self.name, error)
@@ -365,6 +387,7 @@ class Node:
         transport = self._transport
         self._transport = None
         self._protocol = None
+        self._wbuf.clear()
         self._last_error = error
         if transport is not None:
             transport.abort()
@@ -386,6 +409,7 @@ class Node:
         error = RedisConnectionError(f"{self.name}: the lock manager is closed")
         for _packed, callback, _script, _args, _deadline in queued:
             callback(error)
+        self._flush()
         transport = self._transport
         if transport is not None:
             # close(), not abort(): releases already written still reach the node.

@@ -48,7 +48,7 @@ ACQUIRE_SCRIPT: Final = Script(ACQUIRE)
 RELEASE_SCRIPT: Final = Script(RELEASE)
 EXTEND_SCRIPT: Final = Script(EXTEND)
 EXTEND_MANY_SCRIPT: Final = Script(EXTEND_MANY)
-SCRIPTS: Final = (ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT, EXTEND_MANY_SCRIPT)
+SCRIPTS: Final = (ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT)
 #: Most locks renewed by one script call (bounds the time a node spends in it).
 BATCH_LIMIT: Final = 1000
 

@@ -193,7 +193,7 @@ class Renewer:
 
     async def _renew(self, due: list[Renewal]) -> None:
         manager = self._manager
-        quorum = manager._quorum
+        quorum = manager._renewal_quorum
         # Renewal is not latency-bound: a batch may take a node longer than one
         # small request, up to a sixth of the shortest ttl (validity is still ample).
         timeout = max(quorum.node_timeout, min(r.lock.ttl for r in due) / 6)
