@@ -155,7 +155,12 @@ class Lock:
 
     @property
     def fencing_token(self) -> int | None:
-        """The fencing token of the current acquisition; ``None`` when not held."""
+        """The fencing token of the current acquisition; ``None`` when not held.
+
+        Across every holder of the name, tokens strictly increase in acquisition
+        order: pass it to the protected resource, which must refuse a write with a
+        token lower than one it has seen (see ``examples/fenced_store.py``).
+        """
         return self._fencing_token if self._token is not None else None
 
     def remaining(self) -> float:
@@ -231,6 +236,7 @@ class Lock:
                 return False
             self._token = token
             self._expires_at = attempt.expires_at
+            self._fencing_token = attempt.fence
             if self._auto_renew:
                 self._renewal = manager._renewer.start(self)
             return True

@@ -26,8 +26,9 @@ from typing import Any, Final, Protocol
 
 import anyio
 
+from ._fencing import FENCE_SUFFIX, fence_retention
 from ._node import Callback, Script
-from ._scripts import ACQUIRE, EXTEND, EXTEND_MANY, RELEASE
+from ._scripts import ACQUIRE, EXTEND, EXTEND_MANY, RAISE_FENCE, RELEASE
 
 __all__ = [
     "DRIFT_FLOOR",
@@ -46,9 +47,10 @@ DRIFT_FLOOR: Final = 0.002
 
 ACQUIRE_SCRIPT: Final = Script(ACQUIRE)
 RELEASE_SCRIPT: Final = Script(RELEASE)
+RAISE_FENCE_SCRIPT: Final = Script(RAISE_FENCE)
 EXTEND_SCRIPT: Final = Script(EXTEND)
 EXTEND_MANY_SCRIPT: Final = Script(EXTEND_MANY)
-SCRIPTS: Final = (ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT)
+SCRIPTS: Final = (ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT, RAISE_FENCE_SCRIPT)
 #: Most locks renewed by one script call (bounds the time a node spends in it).
 BATCH_LIMIT: Final = 1000
 
@@ -195,6 +197,8 @@ class Attempt:
     votes: Votes
     #: Monotonic time at which the lock stops being valid, when acquired.
     expires_at: float | None
+    #: The fencing token of the acquisition, when acquired.
+    fence: int | None = None
 
     @property
     def acquired(self) -> bool:
@@ -256,16 +260,18 @@ class Quorum:
         *,
         early: bool,
         only: Sequence[int] | None = None,
+        others: Any = None,
     ) -> tuple[Votes, asyncio.Future[None], asyncio.TimerHandle]:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         votes = Votes(self.n, self.quorum, classify, waiter, early=early)
         indices = range(self.n) if only is None else only
         if only is not None:
-            # Nodes left out count as definite "no": they are not asked at all.
+            # Nodes left out are not asked: they count as if they had replied
+            # ``others`` (a "no" by default).
             for i in range(self.n):
                 if i not in only:
-                    votes.record(i, None)
+                    votes.record(i, others)
         timer = loop.call_later(self.node_timeout, votes.expire, self.node_timeout)
         record = votes.record
         for i in indices:
@@ -280,8 +286,9 @@ class Quorum:
         early: bool = True,
         shielded: bool = False,
         only: Sequence[int] | None = None,
+        others: Any = None,
     ) -> Votes:
-        votes, waiter, timer = self._start(send, classify, early=early, only=only)
+        votes, waiter, timer = self._start(send, classify, early=early, only=only, others=others)
         try:
             if shielded:
                 await _uncancellable(waiter)
@@ -298,10 +305,13 @@ class Quorum:
     async def acquire(self, key: bytes, token: bytes, ttl: float) -> Attempt:
         """One acquire attempt: ``SET key token NX PX ttl`` (in a script) on every node.
 
-        On failure (or cancellation) the key is released again on every node that
-        may hold it, and the clean-up is waited for before returning (or raising).
+        A won attempt also gets a fencing token (see ``_fencing.py``). On failure
+        (or cancellation) the key is released again on every node that may hold it,
+        and the clean-up is waited for before returning (or raising).
         """
-        args = (b"1", key, token, b"%d" % _ms(ttl))
+        fence_key = key + FENCE_SUFFIX
+        retention = b"%d" % _ms(fence_retention(ttl))
+        args = (b"2", key, fence_key, token, b"%d" % _ms(ttl), retention)
 
         def send(node: NodeLike, callback: Callback) -> None:
             node.call_script(ACQUIRE_SCRIPT, args, callback)
@@ -309,19 +319,50 @@ class Quorum:
         start = self.clock()
         try:
             votes = await self._run(send, _is_taken)
+            fence = None
+            if votes.won:
+                fence = await self._settle_fence(votes, fence_key, retention)
         except BaseException:
             # Cancelled with requests in flight: any node may have taken the key.
             with anyio.CancelScope(shield=True):
                 await self.release(key, token, wait_all=True)
             raise
-        if votes.won:
+        if fence is not None:
             expires_at = start + ttl - drift(ttl, self.drift_factor)
             if expires_at > self.clock():
-                return Attempt(votes, expires_at)
+                return Attempt(votes, expires_at, fence)
         maybe_taken = [i for i in range(self.n) if votes.verdicts[i] is not False]
         if maybe_taken:
             await self.release(key, token, wait_all=True, only=maybe_taken)
         return Attempt(votes, None)
+
+    async def _settle_fence(self, votes: Votes, fence_key: bytes, retention: bytes) -> int | None:
+        """The fencing token of a won attempt, once a majority of counters reached it.
+
+        Returns ``None`` when no majority could be confirmed in time.
+        """
+        replies = votes.replies
+        fences = [replies[i][1] for i in range(self.n) if votes.verdicts[i]]
+        fence: int = max(fences)
+        # Usually every node that granted the lock returned the same value: its
+        # counter already holds the token, nothing more to do.
+        behind = [i for i in range(self.n) if not (votes.verdicts[i] and replies[i][1] >= fence)]
+        if not behind:
+            return fence
+        args = (b"1", fence_key, b"%d" % fence, retention)
+
+        def send(node: NodeLike, callback: Callback) -> None:
+            node.call_script(RAISE_FENCE_SCRIPT, args, callback)
+
+        if self.n - len(behind) >= self.quorum:
+            # A majority holds the token already: bring the others up to date
+            # without waiting (the requests are in flight on ordered connections).
+            for i in behind:
+                self.nodes[i].call_script(RAISE_FENCE_SCRIPT, args, _ignore)
+            return fence
+        # Too few nodes hold the token: it must be durable on a majority first.
+        raised = await self._run(send, _is_one, only=behind, others=1)
+        return fence if raised.won else None
 
     async def release(
         self,
@@ -447,6 +488,10 @@ class BatchVotes:
             for lo, hi in chunks:
                 if (ni, lo) not in self._answered:
                     self.record(node, ni, lo, hi, TimeoutError(f"no reply within {timeout:g}s"))
+
+
+def _ignore(_reply: Any) -> None:
+    return None
 
 
 def _ms(seconds: float) -> int:

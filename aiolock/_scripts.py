@@ -6,19 +6,44 @@ scripts also run on Redis Cluster nodes.
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "EXTEND", "EXTEND_MANY", "RELEASE"]
+__all__ = ["ACQUIRE", "EXTEND", "EXTEND_MANY", "RAISE_FENCE", "RELEASE"]
 
 # KEYS[1] lock key
+# KEYS[2] fencing counter of the same name
 # ARGV[1] token
 # ARGV[2] time to live in milliseconds
-# returns {1, 0} when the key was set (the lock taken on this node), else
-#         {0, pttl}: the holder's remaining time to live in ms (-1: no expiry), which
-#         bounds how long a waiter sleeps if the release message is lost.
+# ARGV[3] how long the counter is kept after its last use, in milliseconds
+# returns {1, fence} when the key was set (the lock taken on this node): fence is
+#         max(counter + 1, the node's clock in microseconds), also stored as the
+#         counter (see _fencing.py for why both);
+#         {0, pttl} when held by someone else: the holder's remaining time to live in
+#         ms (-1: no expiry), which bounds how long a waiter sleeps if the release
+#         message is lost.
 ACQUIRE = b"""\
+if redis.replicate_commands then redis.replicate_commands() end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    return {1, 0}
+    local now = redis.call('time')
+    local fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    local last = tonumber(redis.call('get', KEYS[2]))
+    if last and last >= fence then
+        fence = last + 1
+    end
+    redis.call('set', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
+    return {1, fence}
 end
 return {0, redis.call('pttl', KEYS[1])}
+"""
+
+# KEYS[1] fencing counter
+# ARGV[1] a fencing token handed out (or about to be)
+# ARGV[2] how long the counter is kept after its last use, in milliseconds
+# returns 1: the counter is now at least ARGV[1] (raised if it was lower)
+RAISE_FENCE = b"""\
+local last = tonumber(redis.call('get', KEYS[1]))
+if not last or last < tonumber(ARGV[1]) then
+    redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+end
+return 1
 """
 
 # KEYS[1] lock key

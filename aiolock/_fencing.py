@@ -1,0 +1,76 @@
+"""Fencing tokens that stay strictly increasing across a Redlock quorum.
+
+A lease can outlive its holder's belief in it (a GC or event-loop pause, a clock
+jump, a slow network): the holder wakes up and writes after its lock expired and
+someone else took it. The remedy is a *fencing token*: every acquisition of a name
+gets a number greater than every earlier acquisition's, and the protected resource
+refuses a write carrying a number lower than one it has already seen.
+
+On one node an ``INCR`` does it. Across N nodes any single node may have missed
+acquisitions (it was down, slow, or restarted empty), so its counter may lag.
+
+How tokens are made
+-------------------
+Each node keeps a counter per lock name, ``<key>:fence`` (same hash tag as the lock
+key). When the acquire script sets the lock key on a node it also computes
+
+    fence = max(counter + 1, the node's clock in microseconds)            (1)
+
+stores it as the counter (kept ``fence_retention(ttl)`` after its last use) and
+returns it. When a quorum granted the lock:
+
+    token = the largest fence returned by the nodes that granted it        (2)
+
+and before the token is handed out, the counters of a majority must be at least
+``token``: usually they are (the granting nodes returned equal values), else the
+lagging nodes are raised to ``token`` and a majority must confirm it (one more round
+trip, only when counters disagree). Nodes left behind are raised in the background.
+
+Why they increase (the majority-intersection argument)
+-------------------------------------------------------
+Let A acquire with token ``t_A`` and B acquire after A, i.e. B's acquire script ran on
+each node after A's key there was gone (released or expired; under the lock's safety
+conditions A and B never hold at once).
+
+* When A's acquire returned, a set ``W_A`` of at least a majority of nodes had a
+  counter ``>= t_A`` (step 2 waited for it). Counters never decrease while they exist.
+* B's quorum ``M_B`` is a majority, so it shares a node ``n`` with ``W_A``.
+* On ``n``, B's script ran after A's counter write on ``n``, since B's ``SET NX`` on
+  ``n`` needs A's key to be gone, and A set its key on ``n`` before it wrote its
+  counter there (same script, or a raise after it). So by (1) B's fence on ``n`` is
+  ``> t_A``, and by (2) ``t_B >= fence_n > t_A``.
+
+If ``n``'s counter was lost meanwhile (``n`` restarted empty, or the counter expired
+after ``fence_retention``), the clock term of (1) still gives ``fence_n >= n's clock``,
+and ``t_A`` was at most A's nodes' clocks when A acquired plus the number of
+acquisitions in between (each adds one microsecond): the argument then needs the
+nodes' clocks to agree to better than the time between A and B, which holds for any
+counter lost by expiry (hours) and, for a restart, to within the time the node was
+down. Both ways fail only beyond the lock's own conditions: more than a minority of
+nodes failing (down at A's acquire or restarted before B's) in total, or a node's
+clock stepping back by more than the time between two acquisitions.
+
+Cost: nothing extra in the common case (the counter is updated by the acquire
+script itself), one round trip when the counters of the granting nodes disagree.
+Tokens are large integers (about 1.8e15 in 2026, below 2**53, exact everywhere).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["FENCE_SUFFIX", "MIN_RETENTION", "fence_retention"]
+
+#: Suffix of the counter key (after the lock key, so it shares the hash tag).
+FENCE_SUFFIX: Final = b":fence"
+#: Least time a counter is kept after its last use.
+MIN_RETENTION: Final = 3600.0
+
+
+def fence_retention(ttl: float) -> float:
+    """How long a name's counter outlives its last acquisition, in seconds.
+
+    Long enough that clocks of the nodes agree much better than that; short enough
+    that a name used once (a row id, an order id) does not cost memory forever.
+    """
+    return max(MIN_RETENTION, 100 * ttl)
