@@ -221,8 +221,6 @@ class Node:
         self._reader = hiredis.Reader()
         self._pending: deque[_Pending] = deque()
         self._queued: list[_Queued] = []
-        self._wbuf: list[bytes] = []
-        self._loop: asyncio.AbstractEventLoop  # set on connect, before any _write
         self._connecting: asyncio.Task[None] | None = None
         self._retry_at = 0.0
         self._backoff = BACKOFF_FIRST
@@ -274,23 +272,12 @@ class Node:
         self._queued.append((packed, callback, script, args, now + self._request_timeout))
 
     def _write(self, packed: bytes) -> None:
-        # Requests written in one event-loop iteration (a release and the next
-        # waiter's acquire, a renewal batch, many tasks) leave in one send() at
-        # the end of it: system calls, not bytes, are what costs.
-        wbuf = self._wbuf
-        if not wbuf:
-            self._loop.call_soon(self._flush)
-        wbuf.append(packed)
-
-    def _flush(self) -> None:
-        wbuf = self._wbuf
-        if not wbuf:
-            return
+        # Written at once, not coalesced at the end of the loop iteration: with many
+        # tasks ready, a deferred write would wait behind all of them and eat into
+        # the request's node_timeout (seen with 1,000 waiters).
         transport = self._transport
-        data = wbuf[0] if len(wbuf) == 1 else b"".join(wbuf)
-        wbuf.clear()
         if transport is not None:
-            transport.write(data)
+            transport.write(packed)
 
     # -- connection -------------------------------------------------------------
 
@@ -321,8 +308,6 @@ class Node:
         self._backoff = BACKOFF_FIRST
         self._retry_at = 0.0
         self._reader = hiredis.Reader()
-        self._loop = asyncio.get_running_loop()
-        self._wbuf.clear()
         self._transport = transport
         self._writer = writer
         self._protocol = protocol
@@ -387,7 +372,6 @@ class Node:
         transport = self._transport
         self._transport = None
         self._protocol = None
-        self._wbuf.clear()
         self._last_error = error
         if transport is not None:
             transport.abort()
@@ -409,7 +393,6 @@ class Node:
         error = RedisConnectionError(f"{self.name}: the lock manager is closed")
         for _packed, callback, _script, _args, _deadline in queued:
             callback(error)
-        self._flush()
         transport = self._transport
         if transport is not None:
             # close(), not abort(): releases already written still reach the node.

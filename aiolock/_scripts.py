@@ -18,7 +18,8 @@ __all__ = ["ACQUIRE", "EXTEND", "EXTEND_MANY", "RAISE_FENCE", "RELEASE"]
 #         counter (see _fencing.py for why both);
 #         {0, pttl} when held by someone else: the holder's remaining time to live in
 #         ms (-1: no expiry), which bounds how long a waiter sleeps if the release
-#         message is lost.
+#         message is lost;
+#         a WRONGTYPE error when the key exists but is not a lock (a name collision).
 ACQUIRE = b"""\
 if redis.replicate_commands then redis.replicate_commands() end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
@@ -30,6 +31,10 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     end
     redis.call('set', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
     return {1, fence}
+end
+local kind = redis.call('type', KEYS[1])['ok']
+if kind ~= 'string' then
+    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a ' .. kind .. ', not a lock')
 end
 return {0, redis.call('pttl', KEYS[1])}
 """

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Sequence
@@ -37,6 +40,7 @@ from typing import Any, Protocol
 __all__ = ["Server", "Servers", "find_server_binary", "redis_servers"]
 
 STARTUP_TIMEOUT = 15.0
+PR_SET_PDEATHSIG = 1
 
 
 class ServerLike(Protocol):
@@ -83,6 +87,15 @@ def _server_major_version(binary: str) -> int:
             with contextlib.suppress(ValueError):
                 return int(word[2:].split(".")[0])
     return 0
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child
+    """Linux: the server is killed if the process that started it dies (even SIGKILL)."""
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
 
 
 def _free_port() -> int:
@@ -155,6 +168,7 @@ class Server:
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
             )
             deadline = time.monotonic() + STARTUP_TIMEOUT
             while time.monotonic() < deadline:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import time
 
 import pytest
@@ -157,12 +159,53 @@ async def test_node_restarted_empty_reconnects(servers: Servers, name: str) -> N
         await lock.release()
 
 
-async def test_acquire_on_a_name_used_by_another_type_is_a_node_error(
+async def test_name_collision_with_another_key_type_is_a_node_error(
     servers: Servers, clients: list[redis.Redis], name: str
 ) -> None:
     for client in clients:
         await client.rpush(key(name), b"x")
     async with LockManager(servers) as locks:
-        # SET NX on an existing key of another type does nothing: held by "someone".
-        assert await locks.lock(name).acquire(timeout=0) is False
+        # Not "held by someone else" (which would wait forever): a clear error.
+        with pytest.raises(QuorumError, match="WRONGTYPE") as info:
+            await locks.lock(name).acquire(timeout=5)
+        assert len(info.value.errors) == 5
+        assert all("127.0.0.1" in str(e) for e in info.value.errors.values())
         assert [await c.type(key(name)) for c in clients] == [b"list"] * 5
+
+
+async def test_servers_die_with_the_process_that_started_them() -> None:
+    code = (
+        "import asyncio, os\n"
+        "from aiolock.testing import redis_servers\n"
+        "async def main():\n"
+        "    async with redis_servers(2) as s:\n"
+        "        print(' '.join(str(x.process.pid) for x in s.servers), flush=True)\n"
+        "        await asyncio.sleep(60)\n"
+        "asyncio.run(main())\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), 30)
+    pids = [int(p) for p in line.split()]
+    assert len(pids) == 2
+    proc.kill()  # SIGKILL: no clean-up code runs
+    await proc.wait()
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in pids):
+        assert time.monotonic() < deadline, "orphaned servers"
+        await asyncio.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead too (reaped by init eventually).
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split()[2] != "Z"
+    except FileNotFoundError:
+        return False
