@@ -12,9 +12,10 @@ acquisitions (it was down, slow, or restarted empty), so its counter may lag.
 How tokens are made
 -------------------
 Each node keeps a counter per lock name, ``<key>:fence`` (same hash tag as the lock
-key). When the acquire script sets the lock key on a node it also computes
+key). The acquirer sends every node the same *floor*, its own clock in microseconds
+since the epoch. When the acquire script sets the lock key on a node it also computes
 
-    fence = max(counter + 1, the node's clock in microseconds)            (1)
+    fence = max(counter + 1, floor)                                        (1)
 
 stores it as the counter (kept ``fence_retention(ttl)`` after its last use) and
 returns it. When a quorum granted the lock:
@@ -22,9 +23,11 @@ returns it. When a quorum granted the lock:
     token = the largest fence returned by the nodes that granted it        (2)
 
 and before the token is handed out, the counters of a majority must be at least
-``token``: usually they are (the granting nodes returned equal values), else the
-lagging nodes are raised to ``token`` and a majority must confirm it (one more round
-trip, only when counters disagree). Nodes left behind are raised in the background.
+``token``. Usually they are at once: time moves on between acquisitions, so every
+granting node returns the floor itself, even one that missed earlier acquisitions.
+Otherwise (the acquirer's clock is behind the last token and the counters disagree)
+the lagging nodes are raised to ``token`` and a majority must confirm it: one more
+round trip. Nodes left behind are raised in the background.
 
 Why they increase (the majority-intersection argument)
 -------------------------------------------------------
@@ -33,26 +36,24 @@ each node after A's key there was gone (released or expired; under the lock's sa
 conditions A and B never hold at once).
 
 * When A's acquire returned, a set ``W_A`` of at least a majority of nodes had a
-  counter ``>= t_A`` (step 2 waited for it). Counters never decrease while they exist.
+  counter ``>= t_A`` (step 2). Counters never decrease while they exist.
 * B's quorum ``M_B`` is a majority, so it shares a node ``n`` with ``W_A``.
-* On ``n``, B's script ran after A's counter write on ``n``, since B's ``SET NX`` on
-  ``n`` needs A's key to be gone, and A set its key on ``n`` before it wrote its
-  counter there (same script, or a raise after it). So by (1) B's fence on ``n`` is
-  ``> t_A``, and by (2) ``t_B >= fence_n > t_A``.
+* On ``n``, B's script ran after A's counter write on ``n``: B's ``SET NX`` on ``n``
+  needs A's key to be gone, and A set its key on ``n`` before it wrote its counter
+  there (same script, or a raise after it). So by (1) B's fence on ``n`` is
+  ``>= counter + 1 > t_A``, and by (2) ``t_B >= fence_n > t_A``.
 
-If ``n``'s counter was lost meanwhile (``n`` restarted empty, or the counter expired
-after ``fence_retention``), the clock term of (1) still gives ``fence_n >= n's clock``,
-and ``t_A`` was at most A's nodes' clocks when A acquired plus the number of
-acquisitions in between (each adds one microsecond): the argument then needs the
-nodes' clocks to agree to better than the time between A and B, which holds for any
-counter lost by expiry (hours) and, for a restart, to within the time the node was
-down. Both ways fail only beyond the lock's own conditions: more than a minority of
-nodes failing (down at A's acquire or restarted before B's) in total, or a node's
-clock stepping back by more than the time between two acquisitions.
+This needs the counter of ``n`` to survive from A to B: it fails only if every node of
+``W_A ∩ M_B`` lost its counter, i.e. when more than a minority of the nodes failed in
+total (down when A acquired, or restarted empty before B). Even then, and when a
+counter expired (``fence_retention`` unused), the floor of (1) keeps tokens increasing
+as long as acquirers' clocks agree to better than the time between A and B (``t_A`` is
+A's clock at A's acquire, plus one per acquisition at most).
 
-Cost: nothing extra in the common case (the counter is updated by the acquire
-script itself), one round trip when the counters of the granting nodes disagree.
-Tokens are large integers (about 1.8e15 in 2026, below 2**53, exact everywhere).
+Cost: nothing extra in the common case (the counter is updated by the acquire script
+itself, about 10 µs of server CPU); one round trip when counters disagree. Tokens are
+large integers (microseconds since the epoch, about 1.8e15 in 2026): below 2**53, exact
+in every language.
 """
 
 from __future__ import annotations

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -245,8 +246,11 @@ class Quorum:
         node_timeout: float,
         drift_factor: float,
         clock: Callable[[], float],
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.nodes = tuple(nodes)
+        #: Seconds since the epoch, for the floor of fencing tokens (see _fencing.py).
+        self.wall_clock = wall_clock
         self.n = len(self.nodes)
         self.quorum = quorum_size(self.n)
         self.node_timeout = node_timeout
@@ -311,7 +315,9 @@ class Quorum:
         """
         fence_key = key + FENCE_SUFFIX
         retention = b"%d" % _ms(fence_retention(ttl))
-        args = (b"2", key, fence_key, token, b"%d" % _ms(ttl), retention)
+        # The same floor for every node: in the usual case each returns exactly it.
+        floor = b"%d" % int(self.wall_clock() * 1_000_000)
+        args = (b"2", key, fence_key, token, b"%d" % _ms(ttl), retention, floor)
 
         def send(node: NodeLike, callback: Callback) -> None:
             node.call_script(ACQUIRE_SCRIPT, args, callback)
@@ -342,26 +348,36 @@ class Quorum:
         Returns ``None`` when no majority could be confirmed in time.
         """
         replies = votes.replies
-        fences = [replies[i][1] for i in range(self.n) if votes.verdicts[i]]
+        verdicts = votes.verdicts
+        fences = [replies[i][1] for i in range(self.n) if verdicts[i]]
         fence: int = max(fences)
-        # Usually every node that granted the lock returned the same value: its
-        # counter already holds the token, nothing more to do.
-        behind = [i for i in range(self.n) if not (votes.verdicts[i] and replies[i][1] >= fence)]
-        if not behind:
+        at_fence = sum(1 for f in fences if f >= fence)
+        # Usually every node that granted the lock returned the same value (the
+        # floor we sent): their counters already hold the token. Nodes that granted
+        # with a lower value, or said "held", lag behind; failed nodes and nodes
+        # still to answer are left alone (the next floor brings them up to date).
+        behind = [
+            i
+            for i in range(self.n)
+            if (verdicts[i] and replies[i][1] < fence) or verdicts[i] is False
+        ]
+        if at_fence >= self.quorum and not behind:
             return fence
         args = (b"1", fence_key, b"%d" % fence, retention)
 
         def send(node: NodeLike, callback: Callback) -> None:
             node.call_script(RAISE_FENCE_SCRIPT, args, callback)
 
-        if self.n - len(behind) >= self.quorum:
+        if at_fence >= self.quorum:
             # A majority holds the token already: bring the others up to date
             # without waiting (the requests are in flight on ordered connections).
             for i in behind:
                 self.nodes[i].call_script(RAISE_FENCE_SCRIPT, args, _ignore)
             return fence
         # Too few nodes hold the token: it must be durable on a majority first.
-        raised = await self._run(send, _is_one, only=behind, others=1)
+        # Nodes at the token count as confirmed; every other node is asked.
+        ask = [i for i in range(self.n) if not (verdicts[i] and replies[i][1] >= fence)]
+        raised = await self._run(send, _is_one, only=ask, others=1)
         return fence if raised.won else None
 
     async def release(

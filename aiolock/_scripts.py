@@ -13,18 +13,16 @@ __all__ = ["ACQUIRE", "EXTEND", "EXTEND_MANY", "RAISE_FENCE", "RELEASE"]
 # ARGV[1] token
 # ARGV[2] time to live in milliseconds
 # ARGV[3] how long the counter is kept after its last use, in milliseconds
+# ARGV[4] the acquirer's clock in microseconds: the floor of the fencing token
 # returns {1, fence} when the key was set (the lock taken on this node): fence is
-#         max(counter + 1, the node's clock in microseconds), also stored as the
-#         counter (see _fencing.py for why both);
+#         max(counter + 1, ARGV[4]), also stored as the counter (see _fencing.py);
 #         {0, pttl} when held by someone else: the holder's remaining time to live in
 #         ms (-1: no expiry), which bounds how long a waiter sleeps if the release
 #         message is lost;
 #         a WRONGTYPE error when the key exists but is not a lock (a name collision).
 ACQUIRE = b"""\
-if redis.replicate_commands then redis.replicate_commands() end
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    local now = redis.call('time')
-    local fence = tonumber(now[1]) * 1000000 + tonumber(now[2])
+    local fence = tonumber(ARGV[4])
     local last = tonumber(redis.call('get', KEYS[2]))
     if last and last >= fence then
         fence = last + 1

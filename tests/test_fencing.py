@@ -34,8 +34,8 @@ from fenced_store import FencedStore, StaleTokenError
 # -- a model of the nodes --------------------------------------------------------------
 #
 # Each fake node runs the semantics of aiolock's scripts on a dict, with expiry on a
-# shared fake clock. The node clocks used by the acquire script are frozen at 0, so
-# that only the counters (and the majority-intersection argument) keep tokens
+# shared fake clock. The acquirers' wall clock (the floor of tokens) is frozen at 0,
+# so that only the counters (and the majority-intersection argument) keep tokens
 # increasing: the worst case for the algorithm.
 
 
@@ -68,12 +68,14 @@ class ModelNode:
 
     def _run(self, script: Script, args: tuple[bytes, ...]) -> Any:
         if script is ACQUIRE_SCRIPT:
-            _n, key, fence_key, token, ttl_ms, keep_ms = args
+            _n, key, fence_key, token, ttl_ms, keep_ms, floor = args
             if self._get(key) is not None:
                 return [0, 1000]
             self._set(key, token, ttl_ms)
             last = self._get(fence_key)
-            fence = max(0, int(last) + 1 if last is not None else 0)  # node clock frozen at 0
+            fence = int(floor)
+            if last is not None and int(last) >= fence:
+                fence = int(last) + 1
             self._set(fence_key, b"%d" % fence, keep_ms)
             return [1, fence]
         if script is RELEASE_SCRIPT:
@@ -111,7 +113,11 @@ class FencingModel(RuleBasedStateMachine):
         self.now = [0.0]
         self.nodes = [ModelNode(f"n{i}", self.now) for i in range(N)]
         self.quorum = Quorum(
-            self.nodes, node_timeout=0.05, drift_factor=0.01, clock=lambda: self.now[0]
+            self.nodes,
+            node_timeout=0.05,
+            drift_factor=0.01,
+            clock=lambda: self.now[0],
+            wall_clock=lambda: 0.0,
         )
         self.holder: bytes | None = None
         self.tokens: list[int] = []
@@ -251,6 +257,26 @@ async def test_tokens_increase_while_minority_nodes_restart_empty(
             await manager.aclose()
     assert len(tokens) == 300
     assert all(a < b for a, b in itertools.pairwise(tokens))
+
+
+async def test_uncontended_acquire_needs_no_extra_round_trip(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    async def calls() -> int:
+        total = 0
+        for client in clients:
+            stats = await client.info("commandstats")
+            total += int(stats.get("cmdstat_evalsha", {}).get("calls", 0))
+        return total
+
+    for _ in range(3):
+        before = await calls()
+        lock = locks.lock(name, ttl=5, auto_renew=False)
+        assert await lock.acquire(timeout=0)
+        await lock.release()
+        await asyncio.sleep(0.05)  # the releases still in flight land
+        # One acquire and one release per node: no fence raise.
+        assert await calls() - before == 10
 
 
 async def test_lagging_node_is_brought_up_to_date(
