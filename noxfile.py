@@ -1,8 +1,8 @@
-"""Sessions: tests, lint, typing (the default, what CI runs), demo, bench."""
+"""Sessions: tests, lint, typing, bench_short (the default, what CI runs), demo, bench."""
 
 import nox
 
-nox.options.sessions = ["tests", "lint", "typing"]
+nox.options.sessions = ["tests", "lint", "typing", "bench_short"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -41,3 +41,12 @@ def bench(session: nox.Session) -> None:
     """The benchmarks; `nox -s bench -- --count 200` for a short run."""
     session.install("-e", ".[testing]")
     session.run("python", "-m", "aiolock", "bench", *session.posargs)
+
+
+@nox.session
+def bench_short(session: nox.Session) -> None:
+    """A short benchmark run on asyncio and on uvloop: figures printed, nothing asserted."""
+    session.install("-e", ".[testing,uvloop]")
+    short = ["--count", "300", "--contention-seconds", "0.5", "--waiters", "200"]
+    session.run("python", "-m", "aiolock", "bench", *short)
+    session.run("python", "-m", "aiolock", "bench", "--uvloop", *short)

@@ -16,8 +16,9 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
 from dataclasses import asdict, dataclass
+from typing import Any, TypeVar, cast
 
 import redis.asyncio as redis
 
@@ -128,8 +129,10 @@ async def run_latency(
 def format_table(figures: Sequence[Figure]) -> str:
     """The figures as a text table, with the machine described."""
     head = f"{'figure':<28} {'samples':>7} {'median µs':>10} {'p99 µs':>10} {'x ping':>8}"
+    loop = "uvloop" if os.environ.get(UVLOOP_ENV) == "1" else "asyncio"
     machine = (
-        f"# {platform.python_implementation()} {platform.python_version()} on {platform.machine()}"
+        f"# {platform.python_implementation()} {platform.python_version()} on "
+        f"{platform.machine()}, {os.cpu_count()} CPUs, {loop} event loop"
     )
     return "\n".join([machine, head, "-" * len(head), *(f.row() for f in figures)])
 
@@ -422,9 +425,23 @@ async def run_waiters(urls: Sequence[str] | None = None, *, waiters: int = 1000)
 
 def _worker_main(argv: Sequence[str]) -> int:
     seconds, counter, *nodes = argv
-    sections = asyncio.run(_contend(nodes, "bench:contention:4", 4, float(seconds), counter))
+    run = _runner(os.environ.get(UVLOOP_ENV) == "1")
+    sections = run(_contend(nodes, "bench:contention:4", 4, float(seconds), counter))
     print(json.dumps(sections))
     return 0
+
+
+UVLOOP_ENV = "AIOLOCK_BENCH_UVLOOP"
+_T = TypeVar("_T")
+
+
+def _runner(use_uvloop: bool) -> Callable[[Coroutine[Any, Any, _T]], _T]:
+    """``asyncio.run``, or ``uvloop.run`` (``pip install uvloop``)."""
+    if not use_uvloop:
+        return asyncio.run
+    import uvloop  # noqa: PLC0415 - optional
+
+    return cast(Callable[[Coroutine[Any, Any, _T]], _T], uvloop.run)
 
 
 def main(
@@ -436,20 +453,24 @@ def main(
     waiters: int = 1000,
     renewal_locks: int = 0,
     renewal_seconds: float = 60.0,
+    use_uvloop: bool = False,
 ) -> int:
     """Run the benchmarks and print them."""
-    figures = asyncio.run(run_latency(urls, count=count, warmup=max(10, count // 10)))
+    run = _runner(use_uvloop)
+    if use_uvloop:
+        os.environ[UVLOOP_ENV] = "1"  # for the contention worker processes
+    figures = run(run_latency(urls, count=count, warmup=max(10, count // 10)))
     ping = figures[0].median_us
     contention: list[ContentionFigures] = []
     if contention_seconds > 0:
-        contention = asyncio.run(run_contention(urls, seconds=contention_seconds))
+        contention = run(run_contention(urls, seconds=contention_seconds))
         for figure in contention:
             figure.ratio = figure.handoff_p50_us / ping
             figure.cross_process_ratio = figure.cross_process_p50_us / ping
-    waiting = asyncio.run(run_waiters(urls, waiters=waiters)) if waiters else None
+    waiting = run(run_waiters(urls, waiters=waiters)) if waiters else None
     renewal = None
     if renewal_locks:
-        renewal = asyncio.run(run_renewal(urls, locks=renewal_locks, seconds=renewal_seconds))
+        renewal = run(run_renewal(urls, locks=renewal_locks, seconds=renewal_seconds))
     if as_json:
         out: dict[str, object] = {
             "latency": [asdict(f) for f in figures],

@@ -161,6 +161,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also hold N auto-renewed locks (ttl 30s) and report CPU and RSS",
     )
     bench.add_argument("--renewal-seconds", type=float, default=60.0, metavar="S")
+    bench.add_argument("--uvloop", action="store_true", help="run on uvloop (pip install uvloop)")
     inspect = sub.add_parser("inspect", help="who holds a lock, on which nodes, for how long")
     inspect.add_argument("name")
     inspect.add_argument("--nodes", nargs="+", metavar="URL", required=True)
@@ -181,6 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             waiters=args.waiters,
             renewal_locks=args.renewal_locks,
             renewal_seconds=args.renewal_seconds,
+            use_uvloop=args.uvloop,
         )
     return asyncio.run(_inspect(args.name, args.nodes, args.prefix))
 

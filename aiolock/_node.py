@@ -180,7 +180,8 @@ class _Endpoint:
         conn._writer = conn._reader = None
         if transport.is_closing():
             raise RedisConnectionError(f"{self.name}: connection closed during handshake")
-        assert isinstance(transport, asyncio.Transport)  # noqa: S101
+        # (uvloop's transports are not asyncio.Transport subclasses, but alike.)
+        transport = cast(asyncio.Transport, transport)
         protocol = _ReplyProtocol(sink)
         transport.set_protocol(protocol)
         return transport, writer, protocol

@@ -411,3 +411,18 @@ def test_public_names_are_exported() -> None:
     }  # fmt: skip
     assert issubclass(aiolock.QuorumError, aiolock.LockError)
     assert issubclass(aiolock.LockLost, aiolock.LockError)
+
+
+def test_works_on_uvloop(urls: list[str]) -> None:
+    # uvicorn (FastAPI) runs on uvloop when installed: its transports differ.
+    uvloop = pytest.importorskip("uvloop")
+
+    async def main() -> None:
+        async with LockManager(urls) as locks:
+            async with locks.lock("uvloop-test", ttl=5) as lock:
+                assert lock.fencing_token is not None
+                waiter = asyncio.create_task(locks.lock("uvloop-test", ttl=5).acquire(timeout=5))
+                await asyncio.sleep(0.05)
+            assert await waiter
+
+    uvloop.run(main())
