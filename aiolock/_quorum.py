@@ -225,15 +225,22 @@ async def _uncancellable(waiter: asyncio.Future[None]) -> None:
 
     The wait is bounded by the fan-out timer, so this costs at most ``node_timeout``.
     """
-    cancelled: BaseException | None = None
+    try:
+        # asyncio.shield: a cancellation must not cancel the waiter itself.
+        await asyncio.shield(waiter)
+        return
+    except asyncio.CancelledError as exc:
+        cancelled = exc
+    # Cancelled: finish the wait shielded also from anyio's cancel scopes (which
+    # would otherwise deliver the cancellation again at every await). Entering the
+    # scope only now keeps its cost off the usual path.
     with anyio.CancelScope(shield=True):
         while not waiter.done():
             try:
                 await asyncio.shield(waiter)
             except asyncio.CancelledError as exc:  # native asyncio cancellation
                 cancelled = exc
-    if cancelled is not None:
-        raise cancelled
+    raise cancelled
 
 
 class Quorum:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import anyio
 import pytest
 
 from aiolock._node import Callback, Script
@@ -222,3 +223,15 @@ async def test_extend_many_counts_each_lock_per_node() -> None:
     assert set(batch.errors) == {"n2"}
     # One script call per node for the whole batch.
     assert all(len(node.calls) == 1 for node in nodes)
+
+
+async def test_release_completes_when_an_anyio_scope_is_cancelled_midway() -> None:
+    nodes = [FakeNode(f"n{i}", reply=1, delay=0.1) for i in range(3)]
+    quorum = make(nodes, node_timeout=1.0)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with anyio.move_on_after(0.01) as scope:
+        await quorum.release(b"k", b"t")
+    # The scope's cancellation was held back until the replies were in.
+    assert scope.cancelled_caught
+    assert loop.time() - started >= 0.09
