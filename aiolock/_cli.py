@@ -78,11 +78,11 @@ async def _demo(workers: int, rounds: int) -> None:
                         raise
                     await asyncio.sleep(0.1)
 
-            log("\n5) renewal: a 0.5s lock held for 1.5s stays held; then it is stolen:")
+            log("\n5) renewal: a 1s lock held for 2.5s stays held; then it is stolen:")
             try:
-                async with locks.lock("demo:long-job", ttl=0.5) as lock:
-                    await asyncio.sleep(1.5)
-                    log(f"   still held after 1.5s ({lock.remaining():.2f}s valid)")
+                async with locks.lock("demo:long-job", ttl=1.0) as lock:
+                    await asyncio.sleep(2.5)
+                    log(f"   still held after 2.5s ({lock.remaining():.2f}s valid)")
                     for url in servers:
                         client = redis.Redis.from_url(url)
                         try:

@@ -225,4 +225,7 @@ class Renewer:
                 f"renewal of lock {lock.name!r}: {batch.failed[j]} of {quorum.n} nodes failed",
                 batch.errors,
             )
-            renewal.due = now + self.retry_interval(ttl)
+            # Retry, and leave time for one more try before giving up.
+            renewal.due = now + min(
+                self.retry_interval(ttl), max(0.0, (renewal.give_up_at - now) / 2)
+            )
