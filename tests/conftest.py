@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 
@@ -68,3 +70,17 @@ def key(name: str, prefix: str = "aiolock:") -> str:
 async def keys_on(clients: list[redis.Redis], name: str) -> list[bool]:
     """Whether each server has the lock's key, for the servers that answer."""
     return [bool(await c.exists(key(name))) for c in clients]
+
+
+async def settled_keys(clients: list[redis.Redis], name: str, expected: list[bool]) -> list[bool]:
+    """``keys_on`` once it equals ``expected``, or after 2 s.
+
+    acquire() and release() return once a quorum answered; the requests to the
+    other nodes land a moment later.
+    """
+    deadline = time.monotonic() + 2.0
+    while True:
+        found = await keys_on(clients, name)
+        if found == expected or time.monotonic() > deadline:
+            return found
+        await asyncio.sleep(0.01)

@@ -22,15 +22,23 @@ def _server(servers: Servers, i: int) -> Server:
     return server
 
 
-async def _live_keys(servers: Servers, name: str, live: list[int]) -> list[bool]:
-    out = []
-    for i in live:
-        client = redis.Redis.from_url(servers[i], socket_timeout=2)
-        try:
-            out.append(bool(await client.exists(key(name))))
-        finally:
-            await client.aclose()
-    return out
+async def _live_keys(
+    servers: Servers, name: str, live: list[int], expected: list[bool]
+) -> list[bool]:
+    """Whether the live servers have the key, once it is as expected (or after 2 s):
+    a quorum's answer returns before the other nodes' requests land."""
+    deadline = time.monotonic() + 2.0
+    while True:
+        out = []
+        for i in live:
+            client = redis.Redis.from_url(servers[i], socket_timeout=2)
+            try:
+                out.append(bool(await client.exists(key(name))))
+            finally:
+                await client.aclose()
+        if out == expected or time.monotonic() > deadline:
+            return out
+        await asyncio.sleep(0.01)
 
 
 async def test_two_of_five_nodes_killed_still_acquires(servers: Servers, name: str) -> None:
@@ -39,9 +47,9 @@ async def test_two_of_five_nodes_killed_still_acquires(servers: Servers, name: s
         _server(servers, 1).kill()
         lock = locks.lock(name, ttl=5)
         assert await lock.acquire(timeout=1)
-        assert await _live_keys(servers, name, [2, 3, 4]) == [True] * 3
+        assert await _live_keys(servers, name, [2, 3, 4], [True] * 3) == [True] * 3
         await lock.release()
-        assert await _live_keys(servers, name, [2, 3, 4]) == [False] * 3
+        assert await _live_keys(servers, name, [2, 3, 4], [False] * 3) == [False] * 3
 
 
 async def test_three_of_five_killed_raises_quorum_error_fast_and_leaves_no_key(
@@ -59,7 +67,7 @@ async def test_three_of_five_killed_raises_quorum_error_fast_and_leaves_no_key(
         assert all(isinstance(e, Exception) for e in info.value.errors.values())
         assert "127.0.0.1" in str(info.value)
         assert not lock.owned
-        assert await _live_keys(servers, name, [3, 4]) == [False, False]
+        assert await _live_keys(servers, name, [3, 4], [False, False]) == [False, False]
         # async with raises the same error rather than waiting.
         with pytest.raises(QuorumError):
             async with locks.lock(name, timeout=5):
@@ -101,7 +109,7 @@ async def test_one_hung_node_does_not_slow_acquire_and_release(servers: Servers,
             # Each cycle is decided by the four live nodes, not by the hung one's
             # timeout: 20 cycles stay far below 20 x node_timeout x 2.
             assert time.monotonic() - started < 2.0
-            assert await _live_keys(servers, name, [0, 1, 2, 3]) == [False] * 4
+            assert await _live_keys(servers, name, [0, 1, 2, 3], [False] * 4) == [False] * 4
         finally:
             _server(servers, 4).resume()
 
@@ -121,7 +129,7 @@ async def test_three_hung_nodes_fail_within_node_timeout(servers: Servers, name:
                 _server(servers, i).resume()
         # The clean-up queued behind the hung requests ran once they resumed.
         await asyncio.sleep(0.2)
-        assert await _live_keys(servers, name, [0, 1, 2, 3, 4]) == [False] * 5
+        assert await _live_keys(servers, name, [0, 1, 2, 3, 4], [False] * 5) == [False] * 5
 
 
 async def test_script_flush_does_not_break_release_or_extend(
@@ -137,7 +145,12 @@ async def test_script_flush_does_not_break_release_or_extend(
         for client in clients:
             await client.script_flush()
         await lock.release()
-        assert [await c.exists(key(name)) for c in clients] == [0] * 5
+        # release() returns once a quorum confirmed; the other nodes' re-sent EVALs
+        # land a moment later.
+        deadline = time.monotonic() + 2
+        while [await c.exists(key(name)) for c in clients] != [0] * 5:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.01)
 
 
 async def test_node_restarted_empty_reconnects(servers: Servers, name: str) -> None:

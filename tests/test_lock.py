@@ -11,7 +11,7 @@ import redis.asyncio as redis
 import aiolock
 from aiolock import LockManager, LockNotOwned, LockTimeout
 
-from .conftest import key, keys_on
+from .conftest import key, settled_keys
 
 
 async def test_acquire_and_release_sets_and_deletes_key_on_every_node(
@@ -21,13 +21,13 @@ async def test_acquire_and_release_sets_and_deletes_key_on_every_node(
     assert await lock.acquire(timeout=0) is True
     assert lock.owned
     assert 9.0 < lock.remaining() <= 10.0
-    assert await keys_on(clients, name) == [True] * 5
+    assert await settled_keys(clients, name, [True] * 5) == [True] * 5
     ttls = [await c.pttl(key(name)) for c in clients]
     assert all(9000 < t <= 10000 for t in ttls)
     await lock.release()
     assert not lock.owned
     assert lock.remaining() == 0.0
-    assert await keys_on(clients, name) == [False] * 5
+    assert await settled_keys(clients, name, [False] * 5) == [False] * 5
 
 
 async def test_token_on_nodes_is_random_and_at_least_20_bytes(
@@ -59,7 +59,7 @@ async def test_timeout_zero_on_held_name_returns_false_fast(
     assert not other.owned
     assert other.fencing_token is None
     # The holder's key is untouched.
-    assert await keys_on(clients, name) == [True] * 5
+    assert await settled_keys(clients, name, [True] * 5) == [True] * 5
     await holder.release()
 
 
@@ -103,9 +103,9 @@ async def test_async_with_holds_during_body_and_releases_after(
 ) -> None:
     async with locks.lock(name, ttl=10, timeout=1) as lock:
         assert lock.owned
-        assert await keys_on(clients, name) == [True] * 5
+        assert await settled_keys(clients, name, [True] * 5) == [True] * 5
     assert not lock.owned
-    assert await keys_on(clients, name) == [False] * 5
+    assert await settled_keys(clients, name, [False] * 5) == [False] * 5
 
 
 async def test_async_with_releases_on_exception(
@@ -116,7 +116,7 @@ async def test_async_with_releases_on_exception(
         async with lock:
             _ = 1 / 0
     assert not lock.owned
-    assert await keys_on(clients, name) == [False] * 5
+    assert await settled_keys(clients, name, [False] * 5) == [False] * 5
 
 
 async def test_async_with_releases_on_cancellation(
@@ -134,7 +134,7 @@ async def test_async_with_releases_on_cancellation(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert await keys_on(clients, name) == [False] * 5
+    assert await settled_keys(clients, name, [False] * 5) == [False] * 5
 
 
 async def test_exit_after_body_released_raises_not_owned(locks: LockManager, name: str) -> None:
@@ -192,7 +192,7 @@ async def test_release_of_key_deleted_behind_back_raises_not_owned(
         await client.delete(key(name))
     with pytest.raises(LockNotOwned):
         await lock.release()
-    assert await keys_on(clients, name) == [False] * 5
+    assert await settled_keys(clients, name, [False] * 5) == [False] * 5
 
 
 async def test_extend_resets_validity_and_node_ttl(
@@ -218,7 +218,7 @@ async def test_extend_after_expiry_raises_and_does_not_recreate_key(
     await asyncio.sleep(0.35)
     with pytest.raises(LockNotOwned):
         await lock.extend()
-    assert await keys_on(clients, name) == [False] * 5
+    assert await settled_keys(clients, name, [False] * 5) == [False] * 5
     assert not lock.owned
 
 
@@ -273,7 +273,7 @@ async def test_cancelled_waiting_acquire_leaves_no_key(
     assert not waiter.owned
     assert [await c.get(key(name)) for c in clients] == [holder_token] * 5
     await holder.release()
-    assert await keys_on(clients, name) == [False] * 5
+    assert await settled_keys(clients, name, [False] * 5) == [False] * 5
 
 
 async def test_acquire_cancelled_during_handoff_holds_or_leaves_nothing(
@@ -296,7 +296,7 @@ async def test_acquire_cancelled_during_handoff_holds_or_leaves_nothing(
         # Either the waiter got the lock (and holds it on every node) or nothing
         # of it remains anywhere.
         assert waiter.owned is held
-        assert await keys_on(clients, name) == [held] * 5
+        assert await settled_keys(clients, name, [held] * 5) == [held] * 5
         if held:
             await waiter.release()
 
@@ -320,7 +320,7 @@ async def test_cancelled_acquire_mid_request_leaves_no_key(
                 held = False
             if held:
                 await lock.release()
-            assert await keys_on(clients, name) == [False] * 5
+            assert await settled_keys(clients, name, [False] * 5) == [False] * 5
 
 
 async def test_prefix_isolates_managers(
