@@ -81,45 +81,63 @@ async def _nodes(urls: Sequence[str] | None, n: int) -> AsyncIterator[Sequence[s
             yield servers
 
 
-async def _ping(url: str, count: int, warmup: int) -> list[float]:
-    client = redis.Redis.from_url(url)
-    try:
-        return await _timed(client.ping, count, warmup)
-    finally:
-        await client.aclose()
-
-
-async def _cycle(urls: Sequence[str], count: int, warmup: int) -> list[float]:
-    async with LockManager(urls) as locks:
-        lock = locks.lock("bench:cycle", ttl=10, auto_renew=False)
-
-        async def cycle() -> None:
-            await lock.acquire(timeout=0)
-            await lock.release()
-
-        return await _timed(cycle, count, warmup)
+ROUNDS = 10
 
 
 async def run_latency(
     urls: Sequence[str] | None = None, *, count: int = 2000, warmup: int = 200
 ) -> list[Figure]:
-    """PING, cycle1, cycle5, and cycle5 with one node hung (embedded nodes only)."""
-    figures: list[Figure] = []
+    """PING, cycle1, cycle5, and cycle5 with one node hung (embedded nodes only).
+
+    The figures are measured in interleaved rounds, so that a slow spell of a shared
+    machine weighs on all of them alike and their ratios stay meaningful.
+    """
+    per_round = max(1, count // ROUNDS)
+    samples: dict[str, list[float]] = {}
     async with _nodes(urls, 5) as nodes:
-        figures.append(_figure("ping (redis-py)", await _ping(nodes[0], count, warmup)))
-        figures.append(_figure("cycle1 acquire+release", await _cycle(nodes[:1], count, warmup)))
-        figures.append(
-            _figure(f"cycle{len(nodes)} acquire+release", await _cycle(nodes, count, warmup))
-        )
+        client = redis.Redis.from_url(nodes[0])
+        one = LockManager(nodes[:1])
+        many = LockManager(nodes)
+        hung: Server | None = None
         if isinstance(nodes, Servers) and len(nodes) >= 3:
             server = nodes.servers[-1]
             assert isinstance(server, Server)  # noqa: S101
-            server.pause()
-            try:
-                samples = await _cycle(nodes, count, warmup)
-            finally:
-                server.resume()
-            figures.append(_figure(f"cycle{len(nodes)}, 1 node hung", samples))
+            hung = server
+        try:
+            lock1 = one.lock("bench:cycle", ttl=10, auto_renew=False)
+            lock5 = many.lock("bench:cycle", ttl=10, auto_renew=False)
+
+            async def cycle1() -> None:
+                await lock1.acquire(timeout=0)
+                await lock1.release()
+
+            async def cycle5() -> None:
+                await lock5.acquire(timeout=0)
+                await lock5.release()
+
+            name5 = f"cycle{len(nodes)}"
+            for op in (client.ping, cycle1, cycle5):
+                await _timed(op, warmup, 0)
+            for _ in range(ROUNDS):
+                for name, op in (
+                    ("ping (redis-py)", client.ping),
+                    ("cycle1 acquire+release", cycle1),
+                    (f"{name5} acquire+release", cycle5),
+                ):
+                    samples.setdefault(name, []).extend(await _timed(op, per_round, 0))
+                if hung is not None:
+                    hung.pause()
+                    try:
+                        samples.setdefault(f"{name5}, 1 node hung", []).extend(
+                            await _timed(cycle5, per_round, 0)
+                        )
+                    finally:
+                        hung.resume()
+        finally:
+            await client.aclose()
+            await one.aclose()
+            await many.aclose()
+    figures = [_figure(name, values) for name, values in samples.items()]
     ping = figures[0].median_us
     for figure in figures:
         figure.ratio = figure.median_us / ping
