@@ -7,11 +7,12 @@ contention from outage. See ``LockManager``.
 
 from ._errors import LockError, LockLost, LockNotOwned, LockTimeout, QuorumError
 from ._lock import Lock
-from ._manager import LockManager
+from ._manager import EvenNodesWarning, LockManager
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "EvenNodesWarning",
     "Lock",
     "LockError",
     "LockLost",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import Final
@@ -16,7 +17,12 @@ from ._quorum import EXTEND_MANY_SCRIPT, SCRIPTS, Quorum
 from ._renewal import Renewer
 from ._waiting import Waiting
 
-__all__ = ["LockManager"]
+__all__ = ["EvenNodesWarning", "LockManager"]
+
+
+class EvenNodesWarning(UserWarning):
+    """An even number of nodes: one more node than needed, for no extra fault tolerance."""
+
 
 #: How long ``async with LockManager(...)`` waits for the first connections.
 CONNECT_TIMEOUT: Final = 2.0
@@ -67,6 +73,13 @@ class LockManager:
                     f"{node_name(seen[key])} (it would fake a quorum)"
                 )
             seen[key] = spec
+        if len(specs) % 2 == 0:
+            warnings.warn(
+                f"{len(specs)} nodes tolerate no more failures than {len(specs) - 1}: a "
+                f"quorum of {len(specs) // 2 + 1} is needed either way; use an odd number",
+                EvenNodesWarning,
+                stacklevel=2,
+            )
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
         drift_factor = _check_number(drift_factor, "drift_factor")

@@ -359,7 +359,11 @@ class Node:
                         self._write(pack(retry))
                         pending.append((callback, None, retry, time.monotonic()))
                         continue
-                reply = _named(self.name, error)
+                # The class tells the kind (ReadOnlyError, NoPermissionError, ...);
+                # the message keeps the server's own words, code first (READONLY,
+                # OOM, NOPERM, ...), after the node's name.
+                error.args = (f"{self.name}: {reply}",)
+                reply = error
             callback(reply)
 
     def _on_lost(self, protocol: _ReplyProtocol, exc: Exception | None) -> None:

