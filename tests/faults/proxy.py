@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator, Sequence
 
 
 class Mode(enum.Enum):
-    PASS = "pass"
+    PASS = "pass"  # noqa: S105 - a mode, not a password
     DELAY = "delay"
     BLACKHOLE = "blackhole"
     DROP_REPLIES = "drop_replies"
