@@ -50,3 +50,14 @@ def bench_short(session: nox.Session) -> None:
     short = ["--count", "300", "--contention-seconds", "0.5", "--waiters", "200"]
     session.run("python", "-m", "aiolock", "bench", *short)
     session.run("python", "-m", "aiolock", "bench", "--uvloop", *short)
+
+
+@nox.session
+def chaos(session: nox.Session) -> None:
+    """The chaos test, long: `nox -s chaos -- 120` for two minutes (default 60 s)."""
+    session.install("-e", ".[test]")
+    seconds = session.posargs[0] if session.posargs else "60"
+    session.run(
+        "python", "-m", "pytest", "tests/test_chaos.py", "-s", "-p", "no:randomly",
+        "-o", "timeout=0", env={"AIOLOCK_CHAOS_SECONDS": seconds},
+    )  # fmt: skip
