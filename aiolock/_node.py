@@ -54,7 +54,7 @@ pack: Final = cast(Callable[[tuple[bytes, ...]], bytes], hiredis.pack_command)
 MIN_STALL_TIMEOUT: Final = 1.0
 #: Reconnect back-off after a failed connect: doubles from the first to the last.
 BACKOFF_FIRST: Final = 0.05
-BACKOFF_MAX: Final = 1.0
+BACKOFF_MAX: Final = 0.5
 
 
 class Script:
