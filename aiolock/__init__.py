@@ -8,6 +8,8 @@ contention from outage. See ``LockManager``.
 from ._errors import LockError, LockLost, LockNotOwned, LockTimeout, QuorumError
 from ._lock import Lock
 from ._manager import EvenNodesWarning, LockManager
+from ._many import LockMany
+from ._semaphore import Semaphore
 
 __version__ = "0.1.0.dev0"
 
@@ -17,8 +19,10 @@ __all__ = [
     "LockError",
     "LockLost",
     "LockManager",
+    "LockMany",
     "LockNotOwned",
     "LockTimeout",
     "QuorumError",
+    "Semaphore",
     "__version__",
 ]

@@ -102,11 +102,12 @@ class Lock:
         timeout: float | None,
         auto_renew: bool,
         max_hold: float | None = None,
+        key: bytes | None = None,
     ) -> None:
         self._manager = manager
         self._max_hold = max_hold
         self._name = name
-        self._key = manager._key(name)
+        self._key = manager._key(name) if key is None else key
         self._ttl = ttl
         self._timeout = timeout
         self._auto_renew = auto_renew
@@ -313,20 +314,23 @@ class Lock:
     async def __aenter__(self) -> Lock:
         if not await self.acquire():
             raise LockTimeout(f"lock {self._name!r} not acquired within {self._timeout}s")
+        self._enter_scope()
+        return self
+
+    def _enter_scope(self) -> None:
+        """After acquiring for ``async with``: let the renewal cancel the body on loss."""
         if self._renewal is not None:
-            # The renewal cancels this scope when the lock is lost, which stops the body.
             scope = anyio.CancelScope()
             scope.__enter__()
             self._scope = scope
             self._renewal.on_lost(scope.cancel)
-        return self
 
     async def __aexit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> None:
         scope, self._scope = self._scope, None
         # The scope swallows its own cancellation (returns True): the renewal cancelled
         # the body because the lock was lost.
@@ -338,15 +342,15 @@ class Lock:
             if self._token is not None:
                 await self._drop(self._token)
             if foreign:
-                return False
+                return
             raise lost
         try:
             await self.release()
         except (LockNotOwned, QuorumError):
             if foreign:
-                return False
+                return
             raise
-        return False
+        return
 
     # -- internals ----------------------------------------------------------------------
 

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import math
+import string
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
-from typing import Final
+from typing import Final, ParamSpec, TypeVar
 
 import anyio
 
 from ._lock import Lock, check_name, check_timeout, check_ttl
+from ._many import LockMany, check_names
 from ._node import Node, NodeSpec, node_key, node_name
 from ._quorum import EXTEND_MANY_SCRIPT, SCRIPTS, Quorum
 from ._renewal import Renewer
+from ._semaphore import Semaphore
 from ._waiting import Waiting
 
 __all__ = ["EvenNodesWarning", "LockManager"]
@@ -23,6 +28,9 @@ __all__ = ["EvenNodesWarning", "LockManager"]
 class EvenNodesWarning(UserWarning):
     """An even number of nodes: one more node than needed, for no extra fault tolerance."""
 
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 #: How long ``async with LockManager(...)`` waits for the first connections.
 CONNECT_TIMEOUT: Final = 2.0
@@ -178,6 +186,81 @@ class LockManager:
         return Lock(
             self, name, ttl=ttl, timeout=timeout, auto_renew=bool(auto_renew), max_hold=max_hold
         )
+
+    def semaphore(
+        self,
+        name: str,
+        limit: int,
+        *,
+        ttl: float = 30.0,
+        timeout: float | None = None,
+        auto_renew: bool = True,
+    ) -> Semaphore:
+        """An unacquired semaphore: at most ``limit`` holders of ``name`` at once."""
+        name = check_name(name)
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise TypeError(f"limit must be an int, not {type(limit).__name__}")
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit!r}")
+        ttl = check_ttl(ttl, self._node_timeout)
+        timeout = check_timeout(timeout)
+        return Semaphore(self, name, limit, ttl=ttl, timeout=timeout, auto_renew=bool(auto_renew))
+
+    def lock_many(
+        self,
+        names: Iterable[str],
+        *,
+        ttl: float = 30.0,
+        timeout: float | None = None,
+        auto_renew: bool = True,
+    ) -> LockMany:
+        """One handle over several names: all-or-nothing, deadlock-free (sorted order)."""
+        checked = check_names(names)
+        ttl = check_ttl(ttl, self._node_timeout)
+        timeout = check_timeout(timeout)
+        return LockMany(self, checked, ttl=ttl, timeout=timeout, auto_renew=bool(auto_renew))
+
+    def synchronized(
+        self, name_or_template: str, *, ttl: float = 30.0, timeout: float | None = None
+    ) -> Callable[[Callable[_P, Awaitable[_R]]], Callable[_P, Awaitable[_R]]]:
+        """Decorate an async function to run it under a lock.
+
+        The name may be a template formatted from the call's arguments, by name::
+
+            @locks.synchronized("order:{order_id}", ttl=10, timeout=5)
+            async def charge(order_id: int, amount: int) -> None: ...
+
+        Raises :class:`LockTimeout` when the lock is not acquired in time.
+        """
+        if not isinstance(name_or_template, str):
+            raise TypeError(f"the name must be a str, not {type(name_or_template).__name__}")
+        check_name(name_or_template)
+        ttl = check_ttl(ttl, self._node_timeout)
+        timeout = check_timeout(timeout)
+        fields = {field for _, field, _, _ in string.Formatter().parse(name_or_template) if field}
+
+        def decorate(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+            signature = inspect.signature(fn)
+            missing = {f.split(".")[0].split("[")[0] for f in fields} - set(signature.parameters)
+            if missing:
+                raise ValueError(
+                    f"lock name {name_or_template!r} uses {sorted(missing)}, which "
+                    f"{fn.__qualname__} has no parameter for"
+                )
+
+            @functools.wraps(fn)
+            async def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+                name = name_or_template
+                if fields:
+                    bound = signature.bind(*args, **kwargs)
+                    bound.apply_defaults()
+                    name = name_or_template.format(**bound.arguments)
+                async with self.lock(name, ttl=ttl, timeout=timeout):
+                    return await fn(*args, **kwargs)
+
+            return wrapper
+
+        return decorate
 
     # -- life cycle -------------------------------------------------------------------
 

@@ -206,6 +206,11 @@ class Attempt:
         """A quorum took the key with validity to spare."""
         return self.expires_at is not None
 
+    @property
+    def outage(self) -> bool:
+        """Failing nodes alone made a quorum impossible."""
+        return self.votes.outage
+
     def holder_ttl(self) -> float | None:
         """Seconds until the other holder's key expires on enough nodes, if known.
 

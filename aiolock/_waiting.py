@@ -26,14 +26,28 @@ import math
 import random
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final
+from typing import Final, Protocol, TypeVar
 
 import anyio
 
 from ._node import NodeSpec, Subscriber
-from ._quorum import Attempt
 
-__all__ = ["Waiting"]
+__all__ = ["Outcome", "Waiting"]
+
+
+class Outcome(Protocol):
+    """What waiting needs of an attempt (a quorum Attempt, or a semaphore's)."""
+
+    @property
+    def expires_at(self) -> float | None: ...
+
+    @property
+    def outage(self) -> bool: ...
+
+    def holder_ttl(self) -> float | None: ...
+
+
+_A = TypeVar("_A", bound=Outcome)
 
 #: Pause before retrying when no holder's ttl is known (nodes failing meanwhile).
 UNKNOWN_HOLDER_WAIT: Final = 0.05
@@ -47,10 +61,10 @@ LOCAL_STREAK: Final = 4
 class _Queue:
     """The tasks of this process waiting for one name."""
 
-    __slots__ = ("channel", "entries", "local_streak", "subscribed", "wake")
+    __slots__ = ("channels", "entries", "local_streak", "subscribed", "wake")
 
-    def __init__(self, channel: bytes) -> None:
-        self.channel = channel
+    def __init__(self, channels: tuple[bytes, ...]) -> None:
+        self.channels = channels
         # One future per waiting task, in FIFO order; the head's is done ("your
         # turn"): with None to try at once, or with the ttl of the lock the previous
         # head just took (the new head then waits for its release, or expiry, first).
@@ -109,18 +123,27 @@ class Waiting:
             queue.wake.set()
 
     async def acquire(
-        self, key: bytes, attempt: Callable[[], Awaitable[Attempt]], deadline: float
-    ) -> Attempt | None:
+        self,
+        key: bytes,
+        attempt: Callable[[], Awaitable[_A]],
+        deadline: float,
+        *,
+        channels: tuple[bytes, ...] | None = None,
+        exclusive: bool = True,
+    ) -> _A | None:
         """Queue for ``key`` and call ``attempt`` when it may succeed, until ``deadline``.
 
         Returns the attempt that acquired the lock or showed an outage, or ``None``
         when the deadline passed first. Leaves the queue on return, on error and on
-        cancellation, and passes the turn on.
+        cancellation, and passes the turn on. ``channels`` announce releases (default:
+        ``key``'s own); ``exclusive=False`` (a semaphore) lets the next waiter try at
+        once after one acquired.
         """
         queue = self._queues.get(key)
         if queue is None:
-            queue = self._queues[key] = _Queue(key + b":released")
-            self._by_channel[queue.channel] = queue
+            queue = self._queues[key] = _Queue(channels or (key + b":released",))
+            for channel in queue.channels:
+                self._by_channel[channel] = queue
         turn: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
         queue.entries.append(turn)
         if len(queue.entries) == 1:
@@ -147,9 +170,10 @@ class Waiting:
                     queue.wake.clear()
                     result = await attempt()
                     if result.expires_at is not None:
-                        taken = max(0.0, result.expires_at - self._clock())
+                        if exclusive:
+                            taken = max(0.0, result.expires_at - self._clock())
                         return result
-                    if result.votes.outage:
+                    if result.outage:
                         return result
                     hint = result.holder_ttl()
                 left = deadline - self._clock()
@@ -176,10 +200,12 @@ class Waiting:
                 queue.entries[0].set_result(taken)
             return
         del self._queues[key]
-        del self._by_channel[queue.channel]
+        for channel in queue.channels:
+            del self._by_channel[channel]
         if queue.subscribed:
             for subscriber in self._subscribers:
-                subscriber.unsubscribe(queue.channel)
+                for channel in queue.channels:
+                    subscriber.unsubscribe(channel)
 
     async def _subscribe(self, queue: _Queue) -> None:
         """Subscribe on every node; wait (briefly) for the confirmations.
@@ -189,7 +215,9 @@ class Waiting:
         confirm in time is covered by the fallback wait.
         """
         queue.subscribed = True
-        confirmations = [s.subscribe(queue.channel) for s in self._subscribers]
+        confirmations = [
+            s.subscribe(channel) for s in self._subscribers for channel in queue.channels
+        ]
         pending = [c for c in confirmations if not c.done()]
         if pending:
             await asyncio.wait(pending, timeout=self._confirm_timeout)

@@ -1,0 +1,246 @@
+"""Semaphore, lock_many and synchronized on real servers."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import sys
+import time
+
+import pytest
+import redis.asyncio as redis
+
+from aiolock import LockLost, LockManager, LockNotOwned, LockTimeout, QuorumError
+from aiolock.testing import Server, Servers
+
+from .conftest import key
+
+# -- semaphore -------------------------------------------------------------------------
+
+
+async def test_semaphore_admits_up_to_limit(locks: LockManager, name: str) -> None:
+    held = [locks.semaphore(name, 3, ttl=5) for _ in range(3)]
+    for sem in held:
+        assert await sem.acquire(timeout=0)
+    assert sorted(s.slot for s in held if s.slot is not None) == [0, 1, 2]
+    fourth = locks.semaphore(name, 3, ttl=5)
+    assert await fourth.acquire(timeout=0) is False
+    await held[0].release()
+    assert await fourth.acquire(timeout=0) is True
+    for sem in (*held[1:], fourth):
+        await sem.release()
+
+
+async def test_semaphore_waiter_is_woken_by_a_release(locks: LockManager, name: str) -> None:
+    first = locks.semaphore(name, 1, ttl=30)
+    assert await first.acquire()
+    waiter = asyncio.create_task(locks.semaphore(name, 1, ttl=30).acquire(timeout=10))
+    await asyncio.sleep(0.1)
+    started = time.monotonic()
+    await first.release()
+    assert await waiter
+    assert time.monotonic() - started < 1.0
+
+
+async def test_semaphore_timeout_and_async_with(locks: LockManager, name: str) -> None:
+    async with locks.semaphore(name, 1, ttl=5) as sem:
+        assert sem.owned
+        assert sem.fencing_token is not None
+        with pytest.raises(LockTimeout):
+            async with locks.semaphore(name, 1, ttl=5, timeout=0.2):
+                pytest.fail("over the limit")
+    assert not sem.owned
+    with pytest.raises(LockNotOwned):
+        await sem.release()
+
+
+async def test_expired_holder_frees_its_slot(locks: LockManager, name: str) -> None:
+    crashed = locks.semaphore(name, 1, ttl=0.3, auto_renew=False)
+    assert await crashed.acquire()
+    other = locks.semaphore(name, 1, ttl=5)
+    started = time.monotonic()
+    assert await other.acquire(timeout=5)
+    assert time.monotonic() - started < 3.0
+    await other.release()
+
+
+async def test_semaphore_slot_lost_cancels_body(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    with pytest.raises(LockLost):
+        async with locks.semaphore(name, 2, ttl=0.6) as sem:
+            slot_key = f"aiolock:{{{name}}}:slot:{sem.slot}"
+            for client in clients:
+                await client.delete(slot_key)
+            await asyncio.sleep(5)
+
+
+async def test_semaphore_outage_raises_quorum_error(servers: Servers, name: str) -> None:
+    async with LockManager(servers) as locks:
+        for server in servers.servers[:3]:
+            assert isinstance(server, Server)
+            server.kill()
+        with pytest.raises(QuorumError):
+            await locks.semaphore(name, 2).acquire(timeout=1)
+
+
+def test_semaphore_arguments_are_checked() -> None:
+    locks = LockManager(["redis://127.0.0.1:1"])
+    with pytest.raises(ValueError, match="limit"):
+        locks.semaphore("n", 0)
+    with pytest.raises(TypeError):
+        locks.semaphore("n", 2.5)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="empty"):
+        locks.semaphore("", 2)
+
+
+SEM_WORKER = """
+import asyncio, json, sys, time
+from aiolock import LockManager
+
+async def main(nodes):
+    out = []
+    async with LockManager(nodes) as locks:
+        async def task():
+            for _ in range(8):
+                async with locks.semaphore("sem-limit", 3, ttl=5, timeout=60):
+                    entered = time.monotonic()
+                    await asyncio.sleep(0.01)
+                    out.append((entered, time.monotonic()))
+        await asyncio.gather(*(task() for _ in range(3)))
+    print(json.dumps(out))
+
+asyncio.run(main(sys.argv[1:]))
+"""
+
+
+async def test_semaphore_never_exceeds_limit_across_processes(urls: list[str]) -> None:
+    pipe = asyncio.subprocess.PIPE
+    procs = [
+        await asyncio.create_subprocess_exec(
+            sys.executable, "-c", SEM_WORKER, *urls, stdout=pipe, stderr=pipe
+        )
+        for _ in range(3)
+    ]
+    sections: list[tuple[float, float]] = []
+    for proc in procs:
+        out, err = await asyncio.wait_for(proc.communicate(), 120)
+        assert proc.returncode == 0, err.decode()
+        sections.extend((a, b) for a, b in json.loads(out))
+    assert len(sections) == 3 * 3 * 8
+    events = sorted([(a, 1) for a, _ in sections] + [(b, -1) for _, b in sections])
+    most = max(itertools.accumulate(delta for _, delta in events))
+    assert most <= 3
+    assert most >= 2  # they did overlap: a semaphore, not a lock
+
+
+# -- lock_many ---------------------------------------------------------------------------
+
+
+async def test_lock_many_takes_all_or_nothing(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    names = [f"{name}-b", f"{name}-a", f"{name}-c"]
+    blocker = locks.lock(f"{name}-c", ttl=10)
+    assert await blocker.acquire()
+    many = locks.lock_many(names, ttl=10)
+    assert many.names == tuple(sorted(names))
+    assert await many.acquire(timeout=0.2) is False
+    # a and b were taken, then given back.
+    for n in names[:2]:
+        assert await clients[0].exists(key(n)) == 0
+    await blocker.release()
+    assert await many.acquire(timeout=1)
+    assert many.owned
+    tokens = many.fencing_tokens
+    assert tokens is not None
+    assert set(tokens) == set(names)
+    assert many.fencing_token == max(tokens.values())
+    await many.release()
+    assert not many.owned
+    for n in names:
+        assert await clients[0].exists(key(n)) == 0
+
+
+async def test_lock_many_opposite_orders_never_deadlock(locks: LockManager, name: str) -> None:
+    a, b = f"{name}-a", f"{name}-b"
+    done = 0
+
+    async def worker(order: list[str]) -> None:
+        nonlocal done
+        for _ in range(10):
+            async with locks.lock_many(order, ttl=5, timeout=10):
+                await asyncio.sleep(0.001)
+                done += 1
+
+    await asyncio.wait_for(asyncio.gather(worker([a, b]), worker([b, a]), worker([a, b])), 30)
+    assert done == 30
+
+
+async def test_lock_many_loss_of_one_name_cancels_body(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    with pytest.raises(LockLost):
+        async with locks.lock_many([f"{name}-a", f"{name}-b"], ttl=0.6):
+            for client in clients:
+                await client.delete(key(f"{name}-b"))
+            await asyncio.sleep(5)
+    for client in clients:
+        assert await client.exists(key(f"{name}-a")) == 0
+
+
+def test_lock_many_arguments_are_checked() -> None:
+    locks = LockManager(["redis://127.0.0.1:1"])
+    with pytest.raises(TypeError):
+        locks.lock_many("abc")
+    with pytest.raises(ValueError, match="empty"):
+        locks.lock_many([])
+    with pytest.raises(ValueError, match="empty"):
+        locks.lock_many(["a", ""])
+
+
+# -- synchronized ------------------------------------------------------------------------
+
+
+async def test_synchronized_serializes_calls_per_formatted_name(
+    locks: LockManager, name: str
+) -> None:
+    inside: dict[int, int] = {}
+    overlaps = 0
+
+    @locks.synchronized(name + ":{order_id}", ttl=5, timeout=10)
+    async def charge(order_id: int, amount: int = 1) -> int:
+        nonlocal overlaps
+        inside[order_id] = inside.get(order_id, 0) + 1
+        overlaps += inside[order_id] > 1
+        await asyncio.sleep(0.01)
+        inside[order_id] -= 1
+        return amount
+
+    results = await asyncio.gather(*(charge(i % 2, amount=i) for i in range(10)))
+    assert results == list(range(10))
+    assert overlaps == 0
+    assert charge.__name__ == "charge"
+
+
+async def test_synchronized_times_out(locks: LockManager, name: str) -> None:
+    @locks.synchronized(name, ttl=5, timeout=0.1)
+    async def job() -> None:
+        return None
+
+    async with locks.lock(name, ttl=5):
+        with pytest.raises(LockTimeout):
+            await job()
+
+
+def test_synchronized_template_must_match_parameters() -> None:
+    locks = LockManager(["redis://127.0.0.1:1"])
+    with pytest.raises(ValueError, match="order_id"):
+
+        @locks.synchronized("order:{order_id}")
+        async def f(user_id: int) -> None:
+            return None
+
+    with pytest.raises(TypeError):
+        locks.synchronized(42)  # type: ignore[arg-type]
