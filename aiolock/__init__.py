@@ -9,6 +9,7 @@ from ._errors import LockError, LockLost, LockNotOwned, LockTimeout, QuorumError
 from ._lock import Lock
 from ._manager import EvenNodesWarning, LockManager
 from ._many import LockMany
+from ._rwlock import ReadLock, RWLock, WriteLock
 from ._semaphore import Semaphore
 
 __version__ = "0.1.0.dev0"
@@ -23,6 +24,9 @@ __all__ = [
     "LockNotOwned",
     "LockTimeout",
     "QuorumError",
+    "RWLock",
+    "ReadLock",
     "Semaphore",
+    "WriteLock",
     "__version__",
 ]

@@ -210,10 +210,7 @@ class Lock:
             self._clear()
         manager = self._manager
         manager._check_open()
-        quorum = manager._quorum
         clock = manager._clock
-        key = self._key
-        ttl = self._ttl
         deadline = math.inf if wait is None else clock() + wait
         token = secrets.token_bytes(TOKEN_BYTES)
         self._acquiring = True
@@ -221,13 +218,18 @@ class Lock:
             attempt: Attempt | None = None
             # Try at once unless other tasks of this process already queue for the
             # name (they go first); timeout=0 always tries, exactly once.
-            if wait == 0 or not manager._waiting.waiters(key):
-                attempt = await quorum.acquire(key, token, ttl)
+            queue_key = self._queue_key
+            if wait == 0 or not manager._waiting.waiters(queue_key):
+                attempt = await self._attempt(token)
                 if attempt.expires_at is None and not attempt.votes.outage:
                     attempt = None if clock() < deadline else attempt
             if attempt is None:
                 attempt = await manager._waiting.acquire(
-                    key, lambda: quorum.acquire(key, token, ttl), deadline
+                    queue_key,
+                    lambda: self._attempt(token),
+                    deadline,
+                    channels=self._channels,
+                    exclusive=self._exclusive,
                 )
                 if attempt is None:
                     return False
@@ -263,9 +265,9 @@ class Lock:
         quorum = manager._quorum
         # Wake the next local waiter now: its attempt is written after our release
         # on each node's ordered connection, so the handoff costs no extra trip.
-        manager._waiting.released(self._key)
+        manager._waiting.released(self._queue_key)
         try:
-            votes = await quorum.release(self._key, token)
+            votes = await self._release_votes(token)
         finally:
             self._clear()
         if expired:
@@ -354,6 +356,20 @@ class Lock:
 
     # -- internals ----------------------------------------------------------------------
 
+    # How a lock is taken and given back; the read-write lock's handles override these.
+    _channels: tuple[bytes, ...] | None = None
+    _exclusive = True
+
+    @property
+    def _queue_key(self) -> bytes:
+        return self._key
+
+    async def _attempt(self, token: bytes) -> Attempt:
+        return await self._manager._quorum.acquire(self._key, token, self._ttl)
+
+    async def _release_votes(self, token: bytes) -> Votes:
+        return await self._manager._quorum.release(self._key, token)
+
     def _clear(self) -> None:
         self._stop_renewal()
         self._token = None
@@ -368,8 +384,8 @@ class Lock:
     async def _drop(self, token: bytes) -> None:
         """Forget the lock and delete it wherever it may remain (shielded)."""
         self._clear()
-        self._manager._waiting.released(self._key)
-        await self._manager._quorum.release(self._key, token)
+        self._manager._waiting.released(self._queue_key)
+        await self._release_votes(token)
 
     def _quorum_error(self, what: str, votes: Votes) -> QuorumError:
         quorum = self._manager._quorum

@@ -19,6 +19,7 @@ from ._many import LockMany, check_names
 from ._node import Node, NodeSpec, node_key, node_name
 from ._quorum import EXTEND_MANY_SCRIPT, SCRIPTS, Quorum
 from ._renewal import Renewer
+from ._rwlock import RWLock
 from ._semaphore import Semaphore
 from ._waiting import Waiting
 
@@ -219,6 +220,16 @@ class LockManager:
         ttl = check_ttl(ttl, self._node_timeout)
         timeout = check_timeout(timeout)
         return LockMany(self, checked, ttl=ttl, timeout=timeout, auto_renew=bool(auto_renew))
+
+    def rwlock(self, name: str, *, ttl: float = 30.0, timeout: float | None = None) -> RWLock:
+        """A read-write lock: ``.read()`` and ``.write()`` give handles.
+
+        Many readers or one writer; a waiting writer keeps new readers out.
+        """
+        name = check_name(name)
+        ttl = check_ttl(ttl, self._node_timeout)
+        timeout = check_timeout(timeout)
+        return RWLock(self, name, ttl=ttl, timeout=timeout)
 
     def synchronized(
         self, name_or_template: str, *, ttl: float = 30.0, timeout: float | None = None

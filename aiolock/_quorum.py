@@ -29,7 +29,16 @@ import anyio
 
 from ._fencing import FENCE_SUFFIX, fence_retention
 from ._node import Callback, Script
-from ._scripts import ACQUIRE, EXTEND, EXTEND_MANY, RAISE_FENCE, RELEASE
+from ._scripts import (
+    ACQUIRE,
+    EXTEND,
+    EXTEND_MANY,
+    RAISE_FENCE,
+    RELEASE,
+    RW_READ,
+    RW_RELEASE,
+    RW_WRITE,
+)
 
 __all__ = [
     "DRIFT_FLOOR",
@@ -49,9 +58,14 @@ DRIFT_FLOOR: Final = 0.002
 ACQUIRE_SCRIPT: Final = Script(ACQUIRE)
 RELEASE_SCRIPT: Final = Script(RELEASE)
 RAISE_FENCE_SCRIPT: Final = Script(RAISE_FENCE)
+RW_READ_SCRIPT: Final = Script(RW_READ)
+RW_WRITE_SCRIPT: Final = Script(RW_WRITE)
+RW_RELEASE_SCRIPT: Final = Script(RW_RELEASE)
 EXTEND_SCRIPT: Final = Script(EXTEND)
 EXTEND_MANY_SCRIPT: Final = Script(EXTEND_MANY)
 SCRIPTS: Final = (ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT, RAISE_FENCE_SCRIPT)
+#: Loaded on first use (NOSCRIPT fallback): most applications never need them.
+RW_SCRIPTS: Final = (RW_READ_SCRIPT, RW_WRITE_SCRIPT, RW_RELEASE_SCRIPT)
 #: Most locks renewed by one script call (bounds the time a node spends in it).
 BATCH_LIMIT: Final = 1000
 
@@ -319,21 +333,44 @@ class Quorum:
 
     # -- operations ---------------------------------------------------------------
 
-    async def acquire(self, key: bytes, token: bytes, ttl: float) -> Attempt:
+    async def acquire(
+        self,
+        key: bytes,
+        token: bytes,
+        ttl: float,
+        *,
+        script: Script = ACQUIRE_SCRIPT,
+        fence_key: bytes | None = None,
+        more_keys: tuple[bytes, ...] = (),
+        more_args: tuple[bytes, ...] = (),
+    ) -> Attempt:
         """One acquire attempt: ``SET key token NX PX ttl`` (in a script) on every node.
 
         A won attempt also gets a fencing token (see ``_fencing.py``). On failure
         (or cancellation) the key is released again on every node that may hold it,
         and the clean-up is waited for before returning (or raising).
+
+        ``script`` (with ``more_keys`` and ``more_args`` after the usual ones) may
+        replace the plain acquire: the read-write lock's take other keys into account.
         """
-        fence_key = key + FENCE_SUFFIX
+        fence_key = key + FENCE_SUFFIX if fence_key is None else fence_key
         retention = b"%d" % _ms(fence_retention(ttl))
         # The same floor for every node: in the usual case each returns exactly it.
         floor = b"%d" % int(self.wall_clock() * 1_000_000)
-        args = (b"2", key, fence_key, token, b"%d" % _ms(ttl), retention, floor)
+        args = (
+            b"%d" % (2 + len(more_keys)),
+            key,
+            fence_key,
+            *more_keys,
+            token,
+            b"%d" % _ms(ttl),
+            retention,
+            floor,
+            *more_args,
+        )
 
         def send(node: NodeLike, callback: Callback) -> None:
-            node.call_script(ACQUIRE_SCRIPT, args, callback)
+            node.call_script(script, args, callback)
 
         start = self.clock()
         try:
@@ -400,16 +437,19 @@ class Quorum:
         *,
         wait_all: bool = False,
         only: Sequence[int] | None = None,
+        script: Script = RELEASE_SCRIPT,
+        more_keys: tuple[bytes, ...] = (),
+        more_args: tuple[bytes, ...] = (),
     ) -> Votes:
         """Compare-and-delete on every node (or on ``only``); never cancelled midway.
 
         Returns as soon as the outcome is decided, unless ``wait_all``: then when
         every node answered or timed out (used for clean-up).
         """
-        args = (b"1", key, token)
+        args = (b"%d" % (1 + len(more_keys)), key, *more_keys, token, *more_args)
 
         def send(node: NodeLike, callback: Callback) -> None:
-            node.call_script(RELEASE_SCRIPT, args, callback)
+            node.call_script(script, args, callback)
 
         return await self._run(send, _is_one, early=not wait_all, shielded=True, only=only)
 

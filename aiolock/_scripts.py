@@ -6,7 +6,16 @@ scripts also run on Redis Cluster nodes.
 
 from __future__ import annotations
 
-__all__ = ["ACQUIRE", "EXTEND", "EXTEND_MANY", "RAISE_FENCE", "RELEASE"]
+__all__ = [
+    "ACQUIRE",
+    "EXTEND",
+    "EXTEND_MANY",
+    "RAISE_FENCE",
+    "RELEASE",
+    "RW_READ",
+    "RW_RELEASE",
+    "RW_WRITE",
+]
 
 # KEYS[1] lock key
 # KEYS[2] fencing counter of the same name
@@ -89,4 +98,93 @@ for i = 1, #KEYS do
     end
 end
 return out
+"""
+
+# Read-write lock. Keys share the name's hash tag: W the writer's lock key, I the
+# writer's intent (a waiting writer keeps new readers out: writers are not starved),
+# R the set of reader ids, R .. id each reader's own lock key, F the fencing counter.
+# Both acquire scripts reply like ACQUIRE: {1, fence} or {0, pttl to wait}, and
+# share its fencing lines (ARGV[1..4] as for ACQUIRE).
+_FENCE = b"""\
+local fence = tonumber(ARGV[4])
+local last = tonumber(redis.call('get', KEYS[2]))
+if last and last >= fence then
+    fence = last + 1
+end
+redis.call('set', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
+"""
+
+# KEYS[1] this reader's key, KEYS[2] F, KEYS[3] W, KEYS[4] I, KEYS[5] R
+# ARGV[1] token, ARGV[2] ttl ms, ARGV[3] counter retention ms, ARGV[4] fence floor,
+# ARGV[5] this reader's id (KEYS[1] is R's prefix .. id)
+RW_READ = (
+    b"""\
+if redis.call('exists', KEYS[3]) == 1 then
+    return {0, redis.call('pttl', KEYS[3])}
+end
+if redis.call('exists', KEYS[4]) == 1 then
+    return {0, redis.call('pttl', KEYS[4])}
+end
+if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+    return {0, redis.call('pttl', KEYS[1])}
+end
+redis.call('sadd', KEYS[5], ARGV[5])
+"""
+    + _FENCE
+    + b"""\
+return {1, fence}
+"""
+)
+
+# KEYS[1] W, KEYS[2] F, KEYS[3] I, KEYS[4] R
+# ARGV[1] token, ARGV[2] ttl ms, ARGV[3] counter retention ms, ARGV[4] fence floor,
+# ARGV[5] the prefix of readers' keys (R's members are appended to it),
+# ARGV[6] '1' when the writer will wait (then it leaves its intent), '0' if not
+# Readers whose key expired are dropped from R here. While live readers remain, a
+# waiting writer leaves its intent (until the last of them would expire, plus a
+# second); the writer that gets the lock clears it.
+RW_WRITE = (
+    b"""\
+if redis.call('exists', KEYS[1]) == 1 then
+    return {0, redis.call('pttl', KEYS[1])}
+end
+local wait = -2
+for _, id in ipairs(redis.call('smembers', KEYS[4])) do
+    local left = redis.call('pttl', ARGV[5] .. id)
+    if left == -2 then
+        redis.call('srem', KEYS[4], id)
+    elseif left == -1 then
+        wait = math.max(wait, tonumber(ARGV[2]))
+    else
+        wait = math.max(wait, left)
+    end
+end
+if wait >= 0 then
+    if ARGV[6] == '1' then
+        redis.call('set', KEYS[3], ARGV[1], 'PX', wait + 1000)
+    end
+    return {0, wait}
+end
+redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('del', KEYS[3])
+"""
+    + _FENCE
+    + b"""\
+return {1, fence}
+"""
+)
+
+# KEYS[1] the handle's key (W, or a reader's), KEYS[2] R
+# ARGV[1] token, ARGV[2] reader id ('' for the writer), ARGV[3] channel to publish on
+# returns 1 when released, else 0
+RW_RELEASE = b"""\
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    redis.call('del', KEYS[1])
+    if ARGV[2] ~= '' then
+        redis.call('srem', KEYS[2], ARGV[2])
+    end
+    redis.call('publish', ARGV[3], '')
+    return 1
+end
+return 0
 """

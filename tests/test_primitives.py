@@ -244,3 +244,86 @@ def test_synchronized_template_must_match_parameters() -> None:
 
     with pytest.raises(TypeError):
         locks.synchronized(42)  # type: ignore[arg-type]
+
+
+# -- read-write lock ---------------------------------------------------------------------
+
+
+async def test_readers_share_and_exclude_writers(locks: LockManager, name: str) -> None:
+    rw = locks.rwlock(name, ttl=5)
+    r1, r2 = rw.read(), rw.read()
+    assert await r1.acquire(timeout=0)
+    assert await r2.acquire(timeout=0)  # readers overlap
+    writer = rw.write()
+    assert await writer.acquire(timeout=0) is False
+    await r1.release()
+    assert await writer.acquire(timeout=0) is False  # one reader left
+    await r2.release()
+    assert await writer.acquire(timeout=0)
+    assert writer.fencing_token is not None
+    assert await rw.read().acquire(timeout=0) is False  # the writer excludes readers
+    assert await rw.write().acquire(timeout=0) is False  # and writers
+    await writer.release()
+    assert await rw.read().acquire(timeout=0)
+
+
+async def test_waiting_writer_is_not_starved_by_new_readers(
+    locks: LockManager, urls: list[str], name: str
+) -> None:
+    rw = locks.rwlock(name, ttl=5)
+    first = rw.read()
+    assert await first.acquire()
+    async with LockManager(urls) as other:  # a writer in another "process"
+        writer = other.rwlock(name, ttl=5).write()
+        writing = asyncio.create_task(writer.acquire(timeout=10))
+        await asyncio.sleep(0.2)
+        # A new reader is kept out while the writer waits for the first one.
+        assert await rw.read().acquire(timeout=0) is False
+        await first.release()
+        assert await writing
+        await writer.release()
+    assert await rw.read().acquire(timeout=1)
+
+
+async def test_expired_reader_does_not_block_writers(locks: LockManager, name: str) -> None:
+    rw = locks.rwlock(name, ttl=5)
+    crashed = locks.rwlock(name, ttl=0.3).read()
+    crashed._auto_renew = False  # as if its process died: no renewal
+    assert await crashed.acquire()
+    writer = rw.write()
+    started = time.monotonic()
+    assert await writer.acquire(timeout=5)
+    assert time.monotonic() - started < 3.0
+    await writer.release()
+
+
+async def test_rwlock_async_with_and_reader_writer_exclusion_under_contention(
+    locks: LockManager, name: str
+) -> None:
+    rw = locks.rwlock(name, ttl=5, timeout=30)
+    readers = writers = 0
+    violations = 0
+    most_readers = 0
+
+    async def reader() -> None:
+        nonlocal readers, violations, most_readers
+        for _ in range(6):
+            async with rw.read():
+                readers += 1
+                most_readers = max(most_readers, readers)
+                violations += writers > 0
+                await asyncio.sleep(0.005)
+                readers -= 1
+
+    async def writer() -> None:
+        nonlocal writers, violations
+        for _ in range(4):
+            async with rw.write():
+                writers += 1
+                violations += writers > 1 or readers > 0
+                await asyncio.sleep(0.005)
+                writers -= 1
+
+    await asyncio.wait_for(asyncio.gather(*(reader() for _ in range(4)), writer(), writer()), 60)
+    assert violations == 0
+    assert most_readers >= 2

@@ -1,0 +1,171 @@
+"""Read-write lock: many readers or one writer, across a quorum.
+
+Each node enforces the rule on its own, in one script per acquire: a reader is let in
+when no writer holds and no writer waits; a writer when no writer holds and no live
+reader remains. A holder needs a majority, and two majorities share a node, so a
+reader and a writer (or two writers) never hold at once.
+
+Policy: **writers are not starved.** A writer that finds readers leaves an *intent*
+on the node, which keeps new readers out until the current ones are gone (or would
+have expired); within a process, waiters are served in FIFO order, readers together.
+A writer that gives up leaves its intent until those readers' locks would have
+expired (a second more at most).
+
+Keys (one hash tag): ``<key>:rw:w`` the writer, ``<key>:rw:i`` the writer's intent,
+``<key>:rw:r`` the set of readers, ``<key>:rw:r:<id>`` each reader's own lock,
+``<key>:rw:fence`` the fencing counter shared by readers and writers. Releases are
+announced on ``<key>:rw:released``. Handles are renewed like locks.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import TYPE_CHECKING
+
+from ._lock import _DEFAULT, Lock, _Default
+from ._quorum import RW_READ_SCRIPT, RW_RELEASE_SCRIPT, RW_WRITE_SCRIPT, Attempt, Votes
+
+if TYPE_CHECKING:
+    from ._manager import LockManager
+
+__all__ = ["RWLock", "ReadLock", "WriteLock"]
+
+
+class RWLock:
+    """A read-write lock; created by :meth:`LockManager.rwlock`.
+
+    ``read()`` and ``write()`` return new, unacquired handles with the API of
+    :class:`Lock`.
+    """
+
+    def __init__(
+        self, manager: LockManager, name: str, *, ttl: float, timeout: float | None
+    ) -> None:
+        self._manager = manager
+        self._name = name
+        self._ttl = ttl
+        self._timeout = timeout
+        base = manager._key(name) + b":rw"
+        self.base_key = base
+        self.writer_key = base + b":w"
+        self.intent_key = base + b":i"
+        self.readers_key = base + b":r"
+        self.reader_prefix = base + b":r:"
+        self.fence_key = base + b":fence"
+        self.channel = base + b":released"
+
+    def __repr__(self) -> str:
+        return f"<RWLock {self._name!r} ttl={self._ttl:g}>"
+
+    @property
+    def name(self) -> str:
+        """The lock's name."""
+        return self._name
+
+    @property
+    def ttl(self) -> float:
+        """Time to live of each acquisition and renewal, in seconds."""
+        return self._ttl
+
+    def read(self) -> ReadLock:
+        """A new handle for shared (read) access."""
+        return ReadLock(self._manager, self)
+
+    def write(self) -> WriteLock:
+        """A new handle for exclusive (write) access."""
+        return WriteLock(self._manager, self)
+
+
+class ReadLock(Lock):
+    """Shared access to a :class:`RWLock`: held together with other readers."""
+
+    _exclusive = False
+
+    def __init__(self, manager: LockManager, rw: RWLock) -> None:
+        self._rw = rw
+        self._id = secrets.token_hex(8).encode()
+        super().__init__(
+            manager,
+            f"{rw.name}[read]",
+            ttl=rw.ttl,
+            timeout=rw._timeout,
+            auto_renew=True,
+            key=rw.reader_prefix + self._id,
+        )
+        self._channels = (rw.channel,)
+
+    @property
+    def _queue_key(self) -> bytes:
+        return self._rw.base_key
+
+    async def _attempt(self, token: bytes) -> Attempt:
+        rw = self._rw
+        return await self._manager._quorum.acquire(
+            self._key,
+            token,
+            self._ttl,
+            script=RW_READ_SCRIPT,
+            fence_key=rw.fence_key,
+            more_keys=(rw.writer_key, rw.intent_key, rw.readers_key),
+            more_args=(self._id,),
+        )
+
+    async def _release_votes(self, token: bytes) -> Votes:
+        rw = self._rw
+        return await self._manager._quorum.release(
+            self._key,
+            token,
+            script=RW_RELEASE_SCRIPT,
+            more_keys=(rw.readers_key,),
+            more_args=(self._id, rw.channel),
+        )
+
+
+class WriteLock(Lock):
+    """Exclusive access to a :class:`RWLock`: no reader and no other writer."""
+
+    def __init__(self, manager: LockManager, rw: RWLock) -> None:
+        self._rw = rw
+        super().__init__(
+            manager,
+            f"{rw.name}[write]",
+            ttl=rw.ttl,
+            timeout=rw._timeout,
+            auto_renew=True,
+            key=rw.writer_key,
+        )
+        self._channels = (rw.channel,)
+        self._will_wait = True
+
+    @property
+    def _queue_key(self) -> bytes:
+        return self._rw.base_key
+
+    async def _attempt(self, token: bytes) -> Attempt:
+        rw = self._rw
+        return await self._manager._quorum.acquire(
+            self._key,
+            token,
+            self._ttl,
+            script=RW_WRITE_SCRIPT,
+            fence_key=rw.fence_key,
+            more_keys=(rw.intent_key, rw.readers_key),
+            more_args=(rw.reader_prefix, b"1" if self._will_wait else b"0"),
+        )
+
+    async def acquire(self, *, timeout: float | _Default | None = _DEFAULT) -> bool:  # noqa: ASYNC109
+        """As :meth:`Lock.acquire`; a writer that waits keeps new readers out meanwhile."""
+        wait = self._timeout if isinstance(timeout, _Default) else timeout
+        # A writer that only tries once must not hold readers back after it gave up.
+        self._will_wait = wait is None or wait > 0
+        return await super().acquire(timeout=timeout)
+
+    async def _release_votes(self, token: bytes) -> Votes:
+        rw = self._rw
+        return await self._manager._quorum.release(
+            self._key,
+            token,
+            script=RW_RELEASE_SCRIPT,
+            more_keys=(rw.readers_key,),
+            more_args=(b"", rw.channel),
+        )
