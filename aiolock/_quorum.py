@@ -165,10 +165,6 @@ class Votes:
         """Failing nodes alone make a quorum impossible (as opposed to contention)."""
         return self.failed > self.n - self.quorum
 
-    def answered(self, i: int) -> bool:
-        """Node ``i`` replied or failed (as opposed to: still pending)."""
-        return self.replies[i] is not _PENDING
-
     def errors(self, nodes: Sequence[NodeLike]) -> dict[object, BaseException]:
         """The failure of each failing node, keyed by what the user passed."""
         return {
