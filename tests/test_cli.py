@@ -78,15 +78,3 @@ async def test_inspect_shows_the_holder_without_its_token(
     assert token is not None
     assert token.hex() not in result.stdout
     assert repr(token) not in result.stdout
-
-
-def test_basic_example_runs() -> None:
-    result = subprocess.run(
-        [sys.executable, "examples/basic.py"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "report built once" in result.stdout

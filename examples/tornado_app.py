@@ -1,0 +1,48 @@
+"""Tornado: a RequestHandler that takes a lock per order, 409 when busy.
+
+pip install tornado
+AIOLOCK_NODES=redis://127.0.0.1:6379 python examples/tornado_app.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import tornado.web
+
+import aiolock
+
+
+class ChargeHandler(tornado.web.RequestHandler):
+    def initialize(self, locks: aiolock.LockManager, charged: dict[int, int]) -> None:
+        self.locks = locks
+        self.charged = charged
+
+    async def post(self, order_id: str) -> None:
+        oid = int(order_id)
+        try:
+            async with self.locks.lock(f"order:{oid}", ttl=10, timeout=0.05) as lock:
+                self.charged[oid] = self.charged.get(oid, 0) + 1
+                await asyncio.sleep(0.2)  # the payment provider's call
+                self.write(json.dumps({"order": oid, "fencing_token": lock.fencing_token}))
+        except aiolock.LockTimeout:
+            self.set_status(409)
+            self.write(json.dumps({"error": f"order {oid} is being charged already"}))
+
+
+def make_app(locks: aiolock.LockManager, charged: dict[int, int]) -> tornado.web.Application:
+    args = {"locks": locks, "charged": charged}
+    return tornado.web.Application([(r"/orders/(\d+)/charge", ChargeHandler, args)])
+
+
+async def main() -> None:
+    nodes = os.environ.get("AIOLOCK_NODES", "redis://127.0.0.1:6379").split(",")
+    async with aiolock.LockManager(nodes) as locks:
+        make_app(locks, {}).listen(8888)
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,85 @@
+"""The examples run, and do what they promise, against real servers."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+import tornado.httpclient
+import tornado.httpserver
+import tornado.netutil
+
+from aiolock import LockManager
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+sys.path.insert(0, str(EXAMPLES))
+
+import fastapi_app  # noqa: E402
+import tornado_app  # noqa: E402
+
+
+def run_example(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+async def test_fastapi_concurrent_charges_of_one_order_run_once(urls: list[str]) -> None:
+    app = fastapi_app.make_app(urls)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            responses = await asyncio.gather(
+                *(client.post("/orders/42/charge") for _ in range(6)),
+                client.post("/orders/7/charge"),
+            )
+        assert sorted(r.status_code for r in responses[:6]) == [200] + [409] * 5
+        assert responses[6].status_code == 200  # another order is not blocked
+        assert app.state.charged == {42: 1, 7: 1}
+        assert isinstance(responses[0].json().get("fencing_token", 0), int)
+
+
+async def test_tornado_concurrent_charges_of_one_order_run_once(urls: list[str]) -> None:
+    charged: dict[int, int] = {}
+    async with LockManager(urls) as locks:
+        sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
+        port = sockets[0].getsockname()[1]
+        server = tornado.httpserver.HTTPServer(tornado_app.make_app(locks, charged))
+        server.add_sockets(sockets)
+        client = tornado.httpclient.AsyncHTTPClient()
+        try:
+            responses = await asyncio.gather(
+                *(
+                    client.fetch(
+                        f"http://127.0.0.1:{port}/orders/42/charge",
+                        method="POST",
+                        body=b"",
+                        raise_error=False,
+                    )
+                    for _ in range(5)
+                )
+            )
+        finally:
+            server.stop()
+            await server.close_all_connections()
+    assert sorted(r.code for r in responses) == [200, 409, 409, 409, 409]
+    assert charged == {42: 1}
+
+
+def test_task_claim_every_job_exactly_once_with_a_worker_killed() -> None:
+    result = run_example(
+        str(EXAMPLES / "task_claim.py"), "--jobs", "2000", "--workers", "4", "--kill-one"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "2000 done exactly once" in result.stdout
+    assert "(one killed)" in result.stdout
+
+
+@pytest.mark.parametrize("example", ["inventory.py", "fenced_store.py", "basic.py"])
+def test_small_examples_run(example: str) -> None:
+    result = run_example(str(EXAMPLES / example))
+    assert result.returncode == 0, result.stderr[-3000:]
