@@ -6,6 +6,7 @@ contention from outage. See ``LockManager``.
 """
 
 from ._errors import LockError, LockLost, LockNotOwned, LockTimeout, QuorumError
+from ._events import LockEvent
 from ._lock import Lock
 from ._manager import EvenNodesWarning, LockManager
 from ._many import LockMany
@@ -18,6 +19,7 @@ __all__ = [
     "EvenNodesWarning",
     "Lock",
     "LockError",
+    "LockEvent",
     "LockLost",
     "LockManager",
     "LockMany",

@@ -128,6 +128,23 @@ async def _inspect(name: str, nodes: Sequence[str], prefix: str) -> int:
     return 0
 
 
+async def _force_release(name: str, nodes: Sequence[str], prefix: str) -> int:
+    key = f"{prefix}{{{name}}}"
+    failed = 0
+    for url in nodes:
+        client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        try:
+            deleted = await client.delete(key)
+            await client.publish(f"{key}:released", "")  # wake the waiters
+            print(f"  {url}: {'deleted' if deleted else 'was free'}")
+        except Exception as exc:
+            failed += 1
+            print(f"  {url}: unreachable ({type(exc).__name__}: {exc})")
+        finally:
+            await client.aclose()
+    return 1 if failed else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``python -m aiolock``."""
     parser = argparse.ArgumentParser(
@@ -166,6 +183,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     inspect.add_argument("name")
     inspect.add_argument("--nodes", nargs="+", metavar="URL", required=True)
     inspect.add_argument("--prefix", default="aiolock:")
+    release = sub.add_parser(
+        "release",
+        help="delete a lock on every node, whoever holds it (an operator's last resort)",
+        description=(
+            "Delete a lock's key on every node, whoever holds it, and wake its waiters. "
+            "The holder is not told until its next renewal: use it for a holder that is "
+            "gone, not to take a lock from a live one."
+        ),
+    )
+    release.add_argument("name")
+    release.add_argument("--nodes", nargs="+", metavar="URL", required=True)
+    release.add_argument("--prefix", default="aiolock:")
+    release.add_argument("--force", action="store_true", help="required: yes, really")
+    release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     args = parser.parse_args(argv)
 
     if args.command == "demo":
@@ -184,6 +215,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             renewal_seconds=args.renewal_seconds,
             use_uvloop=args.uvloop,
         )
+    if args.command == "release":
+        if not args.force:
+            parser.error("release deletes a lock whoever holds it: add --force to confirm")
+        if not args.yes:
+            answer = input(f"Delete lock {args.name!r} on {len(args.nodes)} nodes? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("nothing done")
+                return 1
+        return asyncio.run(_force_release(args.name, args.nodes, args.prefix))
     return asyncio.run(_inspect(args.name, args.nodes, args.prefix))
 
 

@@ -78,6 +78,7 @@ class Lock:
     """
 
     __slots__ = (
+        "_acquired_at",
         "_acquiring",
         "_auto_renew",
         "_expires_at",
@@ -87,6 +88,7 @@ class Lock:
         "_max_hold",
         "_name",
         "_renewal",
+        "_report",
         "_scope",
         "_timeout",
         "_token",
@@ -115,6 +117,10 @@ class Lock:
         self._expires_at = 0.0
         self._fencing_token: int | None = None
         self._acquiring = False
+        self._acquired_at = 0.0
+        # Whether acquisitions and releases are reported (on_event, the log);
+        # a semaphore reports its own, not its slots' every try.
+        self._report = True
         self._renewal: Renewal | None = None
         self._scope: anyio.CancelScope | None = None
 
@@ -211,7 +217,8 @@ class Lock:
         manager = self._manager
         manager._check_open()
         clock = manager._clock
-        deadline = math.inf if wait is None else clock() + wait
+        started = clock()
+        deadline = math.inf if wait is None else started + wait
         token = secrets.token_bytes(TOKEN_BYTES)
         self._acquiring = True
         try:
@@ -232,11 +239,21 @@ class Lock:
                     exclusive=self._exclusive,
                 )
                 if attempt is None:
+                    if self._report:
+                        manager._emit("timeout", self._name, clock() - started)
                     return False
             if attempt.expires_at is None:
                 if attempt.votes.outage:
-                    raise self._quorum_error("acquire", attempt.votes)
+                    error = self._quorum_error("acquire", attempt.votes)
+                    if self._report:
+                        manager._emit("quorum_error", self._name, clock() - started, error)
+                    raise error
+                if self._report:
+                    manager._emit("timeout", self._name, clock() - started)
                 return False
+            self._acquired_at = clock()
+            if self._report:
+                manager._emit("acquired", self._name, self._acquired_at - started)
             self._token = token
             self._expires_at = attempt.expires_at
             self._fencing_token = attempt.fence
@@ -266,10 +283,13 @@ class Lock:
         # Wake the next local waiter now: its attempt is written after our release
         # on each node's ordered connection, so the handoff costs no extra trip.
         manager._waiting.released(self._queue_key)
+        held = manager._clock() - self._acquired_at
         try:
             votes = await self._release_votes(token)
         finally:
             self._clear()
+        if self._report:
+            manager._emit("released", self._name, held)
         if expired:
             raise LockNotOwned(f"lock {self._name!r} had expired before release")
         if votes.won:

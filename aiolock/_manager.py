@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import math
 import string
 import time
@@ -14,6 +15,7 @@ from typing import Final, ParamSpec, TypeVar
 
 import anyio
 
+from ._events import EventKind, LockEvent, logger
 from ._lock import Lock, check_name, check_timeout, check_ttl
 from ._many import LockMany, check_names
 from ._node import Node, NodeSpec, node_key, node_name
@@ -55,6 +57,8 @@ class LockManager:
     come back later; clients passed in are not closed by the manager.
 
     Use it as ``async with LockManager(...) as locks:``, or call :meth:`aclose`.
+    ``on_event`` (optional) is called with a :class:`LockEvent` on every acquisition,
+    release, timeout, loss and outage: a hook for metrics.
     """
 
     def __init__(
@@ -64,6 +68,7 @@ class LockManager:
         prefix: str = "aiolock:",
         drift_factor: float = 0.01,
         node_timeout: float = 0.05,
+        on_event: Callable[[LockEvent], object] | None = None,
     ) -> None:
         if isinstance(nodes, str | bytes) or not isinstance(nodes, Iterable):
             raise TypeError(
@@ -98,6 +103,9 @@ class LockManager:
         if node_timeout <= 0:
             raise ValueError(f"node_timeout must be > 0, got {node_timeout!r}")
 
+        if on_event is not None and not callable(on_event):
+            raise TypeError("on_event must be callable")
+        self._on_event = on_event
         self._prefix = prefix
         self._prefix_bytes = prefix.encode()
         self._drift_factor = drift_factor
@@ -310,6 +318,21 @@ class LockManager:
         return self._closed
 
     # -- internals ----------------------------------------------------------------------
+
+    def _emit(
+        self, kind: EventKind, name: str, seconds: float, error: BaseException | None = None
+    ) -> None:
+        """Report an event to the hook and the log."""
+        hook = self._on_event
+        if hook is not None:
+            try:
+                hook(LockEvent(kind, name, seconds, error))
+            except Exception:  # a metrics hook must never break a lock
+                logger.exception("aiolock on_event hook failed")
+        level = logging.WARNING if error is not None else logging.DEBUG
+        if logger.isEnabledFor(level):
+            detail = f": {error}" if error is not None else ""
+            logger.log(level, "lock %r %s after %.3fs%s", name, kind, seconds, detail)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -97,11 +97,20 @@ def _connection_kwargs(spec: NodeSpec) -> tuple[type[AbstractConnection], dict[s
 
 def node_key(spec: NodeSpec) -> tuple[object, ...]:
     """What identifies a node's server, to reject duplicate nodes (a fake quorum)."""
+    if type(spec).__name__ == "RedisCluster":
+        raise TypeError(
+            "a RedisCluster client cannot be a node yet: pass the URLs of independent "
+            "masters (or one master per node)"
+        )
     if not isinstance(spec, str | Redis):
         raise TypeError(
             f"a node must be a Redis URL (str) or a redis.asyncio.Redis client, "
             f"not {type(spec).__name__}"
         )
+    if not isinstance(spec, str):
+        service = getattr(spec.connection_pool, "service_name", None)
+        if service is not None:  # Sentinel-managed: the node is the service, not an address
+            return ("sentinel", service, id(spec.connection_pool))
     _cls, kwargs = _connection_kwargs(spec)
     if "path" in kwargs:
         return ("unix", kwargs["path"], kwargs.get("db", 0))
@@ -115,6 +124,9 @@ def node_name(spec: NodeSpec) -> str:
     """A readable name of the node for messages: its URL without the password."""
     if isinstance(spec, str):
         return _display_url(spec)
+    service = getattr(spec.connection_pool, "service_name", None)
+    if service is not None:
+        return f"sentinel://{service}"
     kwargs = spec.connection_pool.connection_kwargs
     if "path" in kwargs:
         return f"unix://{kwargs['path']}"

@@ -104,6 +104,8 @@ class Renewal:
         lost = LockLost(f"lock {self.lock.name!r} lost: {reason}")
         lost.__cause__ = cause
         self.lost = lost
+        manager = self._renewer._manager
+        manager._emit("lost", self.lock.name, manager._clock() - self.lock._acquired_at, lost)
         self.stop()
         # From now on the lock is not owned and remaining() is 0 (see Lock.remaining);
         # its token stays so that release() still deletes what remains on the nodes.

@@ -77,6 +77,8 @@ class Semaphore:
             )
             for i in range(limit)
         ]
+        for slot in self._slots:
+            slot._report = False
         self._channels = tuple(slot._key + b":released" for slot in self._slots)
         self._held: Lock | None = None
         self._acquiring = False
@@ -161,7 +163,8 @@ class Semaphore:
         manager = self._manager
         manager._check_open()
         clock = manager._clock
-        deadline = math.inf if wait is None else clock() + wait
+        started = clock()
+        deadline = math.inf if wait is None else started + wait
         self._acquiring = True
         try:
             outcome: _Round | None = None
@@ -178,10 +181,14 @@ class Semaphore:
                     exclusive=False,
                 )
                 if outcome is None:
+                    manager._emit("timeout", self._name, clock() - started)
                     return False
             if outcome.error is not None:
+                manager._emit("quorum_error", self._name, clock() - started, outcome.error)
                 raise outcome.error
-            return outcome.expires_at is not None
+            acquired = outcome.expires_at is not None
+            manager._emit("acquired" if acquired else "timeout", self._name, clock() - started)
+            return acquired
         finally:
             self._acquiring = False
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
@@ -78,3 +79,35 @@ async def test_inspect_shows_the_holder_without_its_token(
     assert token is not None
     assert token.hex() not in result.stdout
     assert repr(token) not in result.stdout
+
+
+def test_release_needs_force(urls: list[str]) -> None:
+    result = run("release", "x", "--nodes", *urls)
+    assert result.returncode == 2
+    assert "--force" in result.stderr
+
+
+async def test_force_release_frees_a_lock_and_wakes_waiters(
+    locks: LockManager, clients: list[redis.Redis], name: str, urls: list[str]
+) -> None:
+    holder = locks.lock(name, ttl=30, auto_renew=False)
+    assert await holder.acquire()
+    waiter = asyncio.create_task(locks.lock(name, ttl=30).acquire(timeout=20))
+    await asyncio.sleep(0.1)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aiolock", "release", name, "--force", "--yes", "--nodes", *urls,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0
+    assert out.decode().count("deleted") == 5
+    assert await asyncio.wait_for(waiter, 10)  # woken, not left waiting for 30 s
+
+
+def test_release_asks_for_confirmation(urls: list[str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "aiolock", "release", "x", "--force", "--nodes", *urls],
+        input="n\n", capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "nothing done" in result.stdout

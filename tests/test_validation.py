@@ -142,3 +142,10 @@ def test_lock_handle_is_cheap_and_unacquired() -> None:
 def test_node_urls_hide_passwords_in_messages() -> None:
     locks = LockManager(["redis://user:s3cret@127.0.0.1:1"])
     assert "s3cret" not in repr(locks)
+
+
+def test_redis_cluster_client_is_refused_with_a_clear_message() -> None:
+    from redis.asyncio.cluster import RedisCluster
+
+    with pytest.raises(TypeError, match="RedisCluster"):
+        LockManager([RedisCluster(host="127.0.0.1", port=1)])
