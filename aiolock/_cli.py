@@ -111,17 +111,19 @@ async def _inspect(name: str, nodes: Sequence[str], prefix: str) -> int:
         try:
             value = await client.get(key)
             pttl = await client.pttl(key)
+            fence = await client.get(f"{key}:fence")
         except Exception as exc:
             print(f"  {url}: unreachable ({type(exc).__name__}: {exc})")
             continue
         finally:
             await client.aclose()
+        counter = f", fencing counter {int(fence)}" if fence is not None else ""
         if value is None:
-            print(f"  {url}: free")
+            print(f"  {url}: free{counter}")
         else:
             fp = _fingerprint(value if isinstance(value, bytes) else value.encode())
             holders[fp] = holders.get(fp, 0) + 1
-            print(f"  {url}: held by {fp}, expires in {pttl / 1000:.3f}s")
+            print(f"  {url}: held by {fp}, expires in {pttl / 1000:.3f}s{counter}")
     quorum = len(nodes) // 2 + 1
     owner = [fp for fp, count in holders.items() if count >= quorum]
     print(f"holder with a quorum ({quorum}): {owner[0] if owner else 'none'}")

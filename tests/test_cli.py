@@ -75,6 +75,7 @@ async def test_inspect_shows_the_holder_without_its_token(
         result = run("inspect", name, "--nodes", *urls)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("held by") == 5
+    assert result.stdout.count("fencing counter") == 5
     assert "holder with a quorum (3): none" not in result.stdout
     assert token is not None
     assert token.hex() not in result.stdout
