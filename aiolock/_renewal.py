@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ._errors import LockLost, LockNotOwned, QuorumError
+from ._events import logger
 from ._quorum import drift
 
 if TYPE_CHECKING:
@@ -185,7 +186,13 @@ class Renewer:
                 # Then sleep until the next lock is *due*, not merely in the window:
                 # locks that came into the window during this batch join the next
                 # one rather than each starting a batch of its own.
-                await self._renew(due)
+                try:
+                    await self._renew(due)
+                except Exception:  # never let one bad tick end renewal for every lock
+                    logger.exception("aiolock: a renewal tick failed; retrying")
+                    for renewal in due:
+                        renewal.due = min(renewal.due, clock() + 0.05)
+                    await anyio.sleep(0.05)
             self._sleep_until = min((r.next_event() for r in self._renewals), default=math.inf)
             self._wake.clear()
             delay = self._sleep_until - clock()

@@ -213,3 +213,24 @@ async def test_outer_cancellation_is_not_turned_into_lock_lost(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert await locks.lock(name).acquire(timeout=0)
+
+
+async def test_a_failing_renewal_tick_does_not_end_renewal(
+    locks: LockManager, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    quorum = locks._renewal_quorum
+    original = quorum.extend_many
+    calls = 0
+
+    async def flaky(*args: object, **kwargs: object) -> object:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a bug in one tick")
+        return await original(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(quorum, "extend_many", flaky)
+    async with locks.lock(name, ttl=0.8) as lock:
+        await asyncio.sleep(2.0)
+        assert lock.owned
+    assert calls >= 3
