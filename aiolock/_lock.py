@@ -216,6 +216,8 @@ class Lock:
             self._clear()
         manager = self._manager
         manager._check_open()
+        if not manager._connected_once:
+            await manager._connect_once()
         clock = manager._clock
         started = clock()
         deadline = math.inf if wait is None else started + wait

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
@@ -136,6 +137,8 @@ class LockManager:
             specs, clock=self._clock, confirm_timeout=max(2 * node_timeout, 0.1)
         )
         self._closed = False
+        self._connected_once = False
+        self._connecting_all: asyncio.Future[None] | None = None
 
     def __repr__(self) -> str:
         names = ", ".join(node.name for node in self._nodes)
@@ -285,13 +288,30 @@ class LockManager:
 
     async def __aenter__(self) -> LockManager:
         self._check_open()
-        # Connect up front so that the first lock is fast; nodes that are down do
-        # not fail this (they are retried on use).
-        with anyio.move_on_after(CONNECT_TIMEOUT):
-            async with anyio.create_task_group() as tg:
-                for node in self._nodes:
-                    tg.start_soon(node.connect)
+        await self._connect_once()
         return self
+
+    async def _connect_once(self) -> None:
+        """Connect every node once, up front, within ``CONNECT_TIMEOUT``.
+
+        Nodes that are down do not fail this: they are retried on use. Also run by the
+        first acquire of a manager used without ``async with``: otherwise its first
+        requests would count nodes that are still connecting as failed votes.
+        """
+        if self._connected_once:
+            return
+        if self._connecting_all is None:
+            self._connecting_all = asyncio.get_running_loop().create_future()
+            try:
+                with anyio.move_on_after(CONNECT_TIMEOUT):
+                    async with anyio.create_task_group() as tg:
+                        for node in self._nodes:
+                            tg.start_soon(node.connect)
+            finally:
+                self._connected_once = True
+                self._connecting_all.set_result(None)
+        else:
+            await asyncio.shield(self._connecting_all)
 
     async def __aexit__(
         self,

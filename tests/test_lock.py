@@ -12,6 +12,7 @@ import aiolock
 from aiolock import LockManager, LockNotOwned, LockTimeout
 
 from .conftest import key, settled_keys
+from .faults import proxies
 
 
 async def test_acquire_and_release_sets_and_deletes_key_on_every_node(
@@ -426,3 +427,21 @@ def test_works_on_uvloop(urls: list[str]) -> None:
             assert await waiter
 
     uvloop.run(main())
+
+
+async def test_first_acquires_of_an_unentered_manager_wait_for_connections(
+    urls: list[str], name: str
+) -> None:
+    # No `async with`, and connecting takes longer than node_timeout: the first
+    # acquires must wait for the connections, not count the nodes as failed votes.
+    async with proxies(urls) as slow:
+        for proxy in slow:
+            proxy.accept_delay = 0.3
+        locks = LockManager([p.url for p in slow], node_timeout=0.1)
+        try:
+            results = await asyncio.gather(
+                *(locks.lock(f"{name}-{i}", ttl=5).acquire(timeout=5) for i in range(20))
+            )
+            assert all(results)
+        finally:
+            await locks.aclose()

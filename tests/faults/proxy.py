@@ -28,6 +28,8 @@ class Proxy:
         self.target_port = target_port
         self.mode = Mode.PASS
         self.delay = 0.0
+        #: Seconds a new connection waits before it is put through (a slow connect).
+        self.accept_delay = 0.0
         self.port = 0
         self._ssl = ssl
         self._server: asyncio.Server | None = None
@@ -44,6 +46,8 @@ class Proxy:
         self.port = self._server.sockets[0].getsockname()[1]
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.accept_delay:
+            await asyncio.sleep(self.accept_delay)
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
         except OSError:
