@@ -228,7 +228,7 @@ async def test_minimal_acl_of_the_readme_is_enough(
     urls = [url.replace("redis://", "redis://aiolock:lockpass@") for url in servers]
     try:
         async with LockManager(urls) as locks:
-            async with locks.lock(name, ttl=0.6) as lock:
+            async with locks.lock(name, ttl=1.0) as lock:
                 assert lock.fencing_token is not None
                 await asyncio.sleep(0.5)  # renewed at least once
                 await lock.extend()
