@@ -76,27 +76,54 @@ class RWLock:
         return WriteLock(self._manager, self)
 
 
-class ReadLock(Lock):
-    """Shared access to a :class:`RWLock`: held together with other readers."""
+class _RWHandle(Lock):
+    """What the read and the write handles share: their queue, channel and release."""
 
-    _exclusive = False
-
-    def __init__(self, manager: LockManager, rw: RWLock) -> None:
+    def __init__(self, manager: LockManager, rw: RWLock, *, role: str, key: bytes) -> None:
         self._rw = rw
-        self._id = secrets.token_hex(8).encode()
         super().__init__(
             manager,
-            f"{rw.name}[read]",
+            f"{rw.name}[{role}]",
             ttl=rw.ttl,
             timeout=rw._timeout,
             auto_renew=True,
-            key=rw.reader_prefix + self._id,
+            key=key,
         )
+        # Readers and writers of one name queue together, woken by one channel.
         self._channels = (rw.channel,)
 
     @property
     def _queue_key(self) -> bytes:
         return self._rw.base_key
+
+    @property
+    def _member(self) -> bytes:
+        """The reader's id in the set of readers; empty for the writer."""
+        return b""
+
+    async def _release_votes(self, token: bytes) -> Votes:
+        rw = self._rw
+        return await self._manager._quorum.release(
+            self._key,
+            token,
+            script=RW_RELEASE_SCRIPT,
+            more_keys=(rw.readers_key,),
+            more_args=(self._member, rw.channel),
+        )
+
+
+class ReadLock(_RWHandle):
+    """Shared access to a :class:`RWLock`: held together with other readers."""
+
+    _exclusive = False
+
+    def __init__(self, manager: LockManager, rw: RWLock) -> None:
+        self._id = secrets.token_hex(8).encode()
+        super().__init__(manager, rw, role="read", key=rw.reader_prefix + self._id)
+
+    @property
+    def _member(self) -> bytes:
+        return self._id
 
     async def _attempt(self, token: bytes) -> Attempt:
         rw = self._rw
@@ -110,36 +137,13 @@ class ReadLock(Lock):
             more_args=(self._id,),
         )
 
-    async def _release_votes(self, token: bytes) -> Votes:
-        rw = self._rw
-        return await self._manager._quorum.release(
-            self._key,
-            token,
-            script=RW_RELEASE_SCRIPT,
-            more_keys=(rw.readers_key,),
-            more_args=(self._id, rw.channel),
-        )
 
-
-class WriteLock(Lock):
+class WriteLock(_RWHandle):
     """Exclusive access to a :class:`RWLock`: no reader and no other writer."""
 
     def __init__(self, manager: LockManager, rw: RWLock) -> None:
-        self._rw = rw
-        super().__init__(
-            manager,
-            f"{rw.name}[write]",
-            ttl=rw.ttl,
-            timeout=rw._timeout,
-            auto_renew=True,
-            key=rw.writer_key,
-        )
-        self._channels = (rw.channel,)
+        super().__init__(manager, rw, role="write", key=rw.writer_key)
         self._will_wait = True
-
-    @property
-    def _queue_key(self) -> bytes:
-        return self._rw.base_key
 
     async def _attempt(self, token: bytes) -> Attempt:
         rw = self._rw
@@ -159,13 +163,3 @@ class WriteLock(Lock):
         # A writer that only tries once must not hold readers back after it gave up.
         self._will_wait = wait is None or wait > 0
         return await super().acquire(timeout=timeout)
-
-    async def _release_votes(self, token: bytes) -> Votes:
-        rw = self._rw
-        return await self._manager._quorum.release(
-            self._key,
-            token,
-            script=RW_RELEASE_SCRIPT,
-            more_keys=(rw.readers_key,),
-            more_args=(b"", rw.channel),
-        )
