@@ -8,7 +8,7 @@ contention from outage. See ``LockManager``.
 from ._errors import LockError, LockLost, LockNotOwned, LockTimeout, QuorumError
 from ._events import LockEvent
 from ._lock import Lock
-from ._manager import EvenNodesWarning, LockManager
+from ._manager import LockManager
 from ._many import LockMany
 from ._rwlock import ReadLock, RWLock, WriteLock
 from ._semaphore import Semaphore
@@ -16,7 +16,6 @@ from ._semaphore import Semaphore
 __version__ = "0.1.0.dev0"
 
 __all__ = [
-    "EvenNodesWarning",
     "Lock",
     "LockError",
     "LockEvent",

@@ -9,7 +9,6 @@ import logging
 import math
 import string
 import time
-import warnings
 from collections.abc import Awaitable, Callable, Iterable
 from types import TracebackType
 from typing import Final, ParamSpec, TypeVar
@@ -26,11 +25,7 @@ from ._rwlock import RWLock
 from ._semaphore import Semaphore
 from ._waiting import Waiting
 
-__all__ = ["EvenNodesWarning", "LockManager"]
-
-
-class EvenNodesWarning(UserWarning):
-    """An even number of nodes: one more node than needed, for no extra fault tolerance."""
+__all__ = ["LockManager"]
 
 
 _P = ParamSpec("_P")
@@ -89,11 +84,14 @@ class LockManager:
                 )
             seen[key] = spec
         if len(specs) % 2 == 0:
-            warnings.warn(
-                f"{len(specs)} nodes tolerate no more failures than {len(specs) - 1}: a "
-                f"quorum of {len(specs) // 2 + 1} is needed either way; use an odd number",
-                EvenNodesWarning,
-                stacklevel=2,
+            # Logged, not warnings.warn(): an even number is a valid configuration
+            # (API.md), and a warning would break programs that treat them as errors.
+            logger.warning(
+                "%d nodes tolerate no more failures than %d: a quorum of %d is needed "
+                "either way; use an odd number of nodes",
+                len(specs),
+                len(specs) - 1,
+                len(specs) // 2 + 1,
             )
         if not isinstance(prefix, str):
             raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import pytest
 import redis.asyncio as redis
 
-from aiolock import EvenNodesWarning, LockManager
+from aiolock import LockManager
 
 # Nothing listens here: a test that reached the network would fail differently.
 NOWHERE = "redis://127.0.0.1:1"
@@ -41,19 +42,23 @@ def test_duplicate_client_nodes_are_rejected() -> None:
 
 
 def test_different_databases_are_different_nodes() -> None:
-    with pytest.warns(EvenNodesWarning):
-        LockManager(["redis://127.0.0.1:1/0", "redis://127.0.0.1:1/1"])
+    LockManager(["redis://127.0.0.1:1/0", "redis://127.0.0.1:1/1", "redis://127.0.0.1:1/2"])
 
 
 @pytest.mark.parametrize("n", [2, 4, 6])
-def test_even_number_of_nodes_warns(n: int) -> None:
-    with pytest.warns(EvenNodesWarning, match="odd number"):
+def test_even_number_of_nodes_is_logged_not_raised(
+    n: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a warning would be an error here
         LockManager([f"redis://127.0.0.1:{port}" for port in range(1, n + 1)])
+    assert "use an odd number" in caplog.text
 
 
 @pytest.mark.parametrize("n", [1, 3, 5])
-def test_odd_number_of_nodes_does_not_warn(n: int) -> None:
+def test_odd_number_of_nodes_is_not_logged(n: int, caplog: pytest.LogCaptureFixture) -> None:
     LockManager([f"redis://127.0.0.1:{port}" for port in range(1, n + 1)])
+    assert "odd number" not in caplog.text
 
 
 @pytest.mark.parametrize(
