@@ -16,7 +16,14 @@ if TYPE_CHECKING:
     from ._manager import LockManager
     from ._renewal import Renewal
 
-__all__ = ["Lock", "check_name", "check_timeout", "check_ttl"]
+__all__ = [
+    "Lock",
+    "check_name",
+    "check_timeout",
+    "check_ttl",
+    "close_loss_scope",
+    "open_loss_scope",
+]
 
 #: Token size in bytes: 160 bits from ``secrets``, unguessable and never logged.
 TOKEN_BYTES: Final = 20
@@ -68,6 +75,37 @@ def check_name(name: object) -> str:
     if not name:
         raise ValueError("a lock name must not be empty")
     return name
+
+
+def open_loss_scope(renewals: list[Renewal]) -> anyio.CancelScope | None:
+    """Enter a cancel scope that each renewal cancels when its lock is lost.
+
+    Entered in ``__aenter__`` and exited in ``__aexit__`` of the same task, around the
+    body of ``async with``; ``None`` when nothing is renewed.
+    """
+    if not renewals:
+        return None
+    scope = anyio.CancelScope()
+    scope.__enter__()
+    for renewal in renewals:
+        renewal.on_lost(scope.cancel)
+    return scope
+
+
+def close_loss_scope(
+    scope: anyio.CancelScope | None,
+    exc_type: type[BaseException] | None,
+    exc: BaseException | None,
+    tb: TracebackType | None,
+) -> bool:
+    """Exit the scope of :func:`open_loss_scope`.
+
+    Returns True when the body ends with a cancellation from elsewhere (or a
+    KeyboardInterrupt): that is never replaced by a lock error. The scope swallows
+    its own cancellation: then the lock was lost, and the caller raises LockLost.
+    """
+    suppressed = bool(scope.__exit__(exc_type, exc, tb)) if scope is not None else False
+    return exc_type is not None and not suppressed and not issubclass(exc_type, Exception)
 
 
 class Lock:
@@ -343,11 +381,7 @@ class Lock:
 
     def _enter_scope(self) -> None:
         """After acquiring for ``async with``: let the renewal cancel the body on loss."""
-        if self._renewal is not None:
-            scope = anyio.CancelScope()
-            scope.__enter__()
-            self._scope = scope
-            self._renewal.on_lost(scope.cancel)
+        self._scope = open_loss_scope([self._renewal] if self._renewal is not None else [])
 
     async def __aexit__(
         self,
@@ -356,11 +390,7 @@ class Lock:
         tb: TracebackType | None,
     ) -> None:
         scope, self._scope = self._scope, None
-        # The scope swallows its own cancellation (returns True): the renewal cancelled
-        # the body because the lock was lost.
-        suppressed = bool(scope.__exit__(exc_type, exc, tb)) if scope is not None else False
-        # A cancellation from elsewhere (or KeyboardInterrupt) is never replaced.
-        foreign = exc_type is not None and not suppressed and not issubclass(exc_type, Exception)
+        foreign = close_loss_scope(scope, exc_type, exc, tb)
         lost = self.lost
         if lost is not None:
             if self._token is not None:

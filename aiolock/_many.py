@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ._errors import LockError, LockLost, LockTimeout
-from ._lock import _DEFAULT, Lock, _Default, check_name, check_timeout
+from ._lock import (
+    _DEFAULT,
+    Lock,
+    _Default,
+    check_name,
+    check_timeout,
+    close_loss_scope,
+    open_loss_scope,
+)
 
 if TYPE_CHECKING:
     from ._manager import LockManager
@@ -156,13 +164,9 @@ class LockMany:
     async def __aenter__(self) -> LockMany:
         if not await self.acquire():
             raise LockTimeout(f"locks {self.name!r} not acquired within {self._timeout}s")
-        renewals = [lock._renewal for lock in self._locks if lock._renewal is not None]
-        if renewals:
-            scope = anyio.CancelScope()
-            scope.__enter__()
-            self._scope = scope
-            for renewal in renewals:
-                renewal.on_lost(scope.cancel)
+        self._scope = open_loss_scope(
+            [lock._renewal for lock in self._locks if lock._renewal is not None]
+        )
         return self
 
     async def __aexit__(
@@ -172,8 +176,7 @@ class LockMany:
         tb: TracebackType | None,
     ) -> None:
         scope, self._scope = self._scope, None
-        suppressed = bool(scope.__exit__(exc_type, exc, tb)) if scope is not None else False
-        foreign = exc_type is not None and not suppressed and not issubclass(exc_type, Exception)
+        foreign = close_loss_scope(scope, exc_type, exc, tb)
         lost: LockLost | None = next(
             (lock.lost for lock in self._locks if lock.lost is not None), None
         )

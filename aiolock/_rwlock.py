@@ -23,6 +23,7 @@ import secrets
 from typing import TYPE_CHECKING
 
 from ._lock import _DEFAULT, Lock, _Default
+from ._node import Script
 from ._quorum import RW_READ_SCRIPT, RW_RELEASE_SCRIPT, RW_WRITE_SCRIPT, Attempt, Votes
 
 if TYPE_CHECKING:
@@ -101,6 +102,26 @@ class _RWHandle(Lock):
         """The reader's id in the set of readers; empty for the writer."""
         return b""
 
+    # The acquire script, and its keys and arguments after the usual ones.
+    _script: Script
+
+    def _more_keys(self) -> tuple[bytes, ...]:
+        raise NotImplementedError
+
+    def _more_args(self) -> tuple[bytes, ...]:
+        raise NotImplementedError
+
+    async def _attempt(self, token: bytes) -> Attempt:
+        return await self._manager._quorum.acquire(
+            self._key,
+            token,
+            self._ttl,
+            script=self._script,
+            fence_key=self._rw.fence_key,
+            more_keys=self._more_keys(),
+            more_args=self._more_args(),
+        )
+
     async def _release_votes(self, token: bytes) -> Votes:
         rw = self._rw
         return await self._manager._quorum.release(
@@ -125,17 +146,14 @@ class ReadLock(_RWHandle):
     def _member(self) -> bytes:
         return self._id
 
-    async def _attempt(self, token: bytes) -> Attempt:
+    _script = RW_READ_SCRIPT
+
+    def _more_keys(self) -> tuple[bytes, ...]:
         rw = self._rw
-        return await self._manager._quorum.acquire(
-            self._key,
-            token,
-            self._ttl,
-            script=RW_READ_SCRIPT,
-            fence_key=rw.fence_key,
-            more_keys=(rw.writer_key, rw.intent_key, rw.readers_key),
-            more_args=(self._id,),
-        )
+        return (rw.writer_key, rw.intent_key, rw.readers_key)
+
+    def _more_args(self) -> tuple[bytes, ...]:
+        return (self._id,)
 
 
 class WriteLock(_RWHandle):
@@ -145,17 +163,13 @@ class WriteLock(_RWHandle):
         super().__init__(manager, rw, role="write", key=rw.writer_key)
         self._will_wait = True
 
-    async def _attempt(self, token: bytes) -> Attempt:
-        rw = self._rw
-        return await self._manager._quorum.acquire(
-            self._key,
-            token,
-            self._ttl,
-            script=RW_WRITE_SCRIPT,
-            fence_key=rw.fence_key,
-            more_keys=(rw.intent_key, rw.readers_key),
-            more_args=(rw.reader_prefix, b"1" if self._will_wait else b"0"),
-        )
+    _script = RW_WRITE_SCRIPT
+
+    def _more_keys(self) -> tuple[bytes, ...]:
+        return (self._rw.intent_key, self._rw.readers_key)
+
+    def _more_args(self) -> tuple[bytes, ...]:
+        return (self._rw.reader_prefix, b"1" if self._will_wait else b"0")
 
     async def acquire(self, *, timeout: float | _Default | None = _DEFAULT) -> bool:  # noqa: ASYNC109
         """As :meth:`Lock.acquire`; a writer that waits keeps new readers out meanwhile."""
