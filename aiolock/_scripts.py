@@ -17,6 +17,18 @@ __all__ = [
     "RW_WRITE",
 ]
 
+# The fencing lines shared by every acquire script: KEYS[2] is the name's counter,
+# ARGV[3] its retention in ms, ARGV[4] the acquirer's floor (see _fencing.py). They
+# leave the token in ``fence``.
+_FENCE = b"""\
+local fence = tonumber(ARGV[4])
+local last = tonumber(redis.call('get', KEYS[2]))
+if last and last >= fence then
+    fence = last + 1
+end
+redis.call('set', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
+"""
+
 # KEYS[1] lock key
 # KEYS[2] fencing counter of the same name
 # ARGV[1] token
@@ -29,15 +41,13 @@ __all__ = [
 #         ms (-1: no expiry), which bounds how long a waiter sleeps if the release
 #         message is lost;
 #         a WRONGTYPE error when the key exists but is not a lock (a name collision).
-ACQUIRE = b"""\
+ACQUIRE = (
+    b"""\
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    local fence = tonumber(ARGV[4])
-    local last = tonumber(redis.call('get', KEYS[2]))
-    if last and last >= fence then
-        fence = last + 1
-    end
-    redis.call('set', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
-    return {1, fence}
+"""
+    + _FENCE
+    + b"""\
+return {1, fence}
 end
 local kind = redis.call('type', KEYS[1])['ok']
 if kind ~= 'string' then
@@ -45,6 +55,7 @@ if kind ~= 'string' then
 end
 return {0, redis.call('pttl', KEYS[1])}
 """
+)
 
 # KEYS[1] fencing counter
 # ARGV[1] a fencing token handed out (or about to be)
@@ -104,15 +115,7 @@ return out
 # writer's intent (a waiting writer keeps new readers out: writers are not starved),
 # R the set of reader ids, R .. id each reader's own lock key, F the fencing counter.
 # Both acquire scripts reply like ACQUIRE: {1, fence} or {0, pttl to wait}, and
-# share its fencing lines (ARGV[1..4] as for ACQUIRE).
-_FENCE = b"""\
-local fence = tonumber(ARGV[4])
-local last = tonumber(redis.call('get', KEYS[2]))
-if last and last >= fence then
-    fence = last + 1
-end
-redis.call('set', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
-"""
+# use the same fencing lines (ARGV[1..4] as for ACQUIRE).
 
 # KEYS[1] this reader's key, KEYS[2] F, KEYS[3] W, KEYS[4] I, KEYS[5] R
 # ARGV[1] token, ARGV[2] ttl ms, ARGV[3] counter retention ms, ARGV[4] fence floor,
