@@ -14,11 +14,13 @@ from types import TracebackType
 from typing import Final, ParamSpec, TypeVar
 
 import anyio
+from redis.asyncio import RedisCluster
 
+from ._cluster import ClusterNode
 from ._events import EventKind, LockEvent, logger
 from ._lock import Lock, check_name, check_timeout, check_ttl
 from ._many import LockMany, check_names
-from ._node import Node, NodeSpec, node_key, node_name
+from ._node import Node, NodeSpec, Script, node_key, node_name
 from ._quorum import EXTEND_MANY_SCRIPT, SCRIPTS, Quorum
 from ._renewal import Renewer
 from ._rwlock import RWLock
@@ -42,6 +44,15 @@ def _check_number(value: object, what: str) -> float:
     if not math.isfinite(number):
         raise ValueError(f"{what} must be finite, got {number!r}")
     return number
+
+
+def make_node(
+    spec: NodeSpec, node_timeout: float, scripts: tuple[Script, ...]
+) -> Node | ClusterNode:
+    """The connection(s) for one node: a Redis Cluster client is one logical node."""
+    if isinstance(spec, RedisCluster):
+        return ClusterNode(spec, request_timeout=node_timeout, scripts=scripts)
+    return Node(spec, request_timeout=node_timeout, scripts=scripts)
 
 
 class LockManager:
@@ -110,7 +121,7 @@ class LockManager:
         self._drift_factor = drift_factor
         self._node_timeout = node_timeout
         self._clock: Callable[[], float] = time.monotonic
-        self._nodes = [Node(spec, request_timeout=node_timeout, scripts=SCRIPTS) for spec in specs]
+        self._nodes = [make_node(spec, node_timeout, SCRIPTS) for spec in specs]
         self._quorum = Quorum(
             self._nodes,
             node_timeout=node_timeout,
@@ -121,8 +132,7 @@ class LockManager:
         # thousand locks takes a node milliseconds, and on the ordered hot-path
         # connection every acquire and release would queue behind it.
         self._renewal_nodes = [
-            Node(spec, request_timeout=node_timeout, scripts=(EXTEND_MANY_SCRIPT,))
-            for spec in specs
+            make_node(spec, node_timeout, (EXTEND_MANY_SCRIPT,)) for spec in specs
         ]
         self._renewal_quorum = Quorum(
             self._renewal_nodes,

@@ -36,16 +36,27 @@ import hiredis
 # redis-py's own parser turns an error reply into the matching exception class
 # (NoScriptError, ReadOnlyError, NoPermissionError, AuthenticationError, ...).
 from redis._parsers.base import BaseParser
-from redis.asyncio import Redis
+from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.connection import AbstractConnection, Connection, parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
-__all__ = ["Callback", "Node", "NodeSpec", "Script", "Subscriber", "node_key", "pack"]
+__all__ = [
+    "Callback",
+    "Node",
+    "NodeSpec",
+    "Script",
+    "Subscriber",
+    "cluster_addresses",
+    "node_key",
+    "node_name",
+    "pack",
+    "subscriber_endpoints",
+]
 
-NodeSpec = str | Redis
+NodeSpec = str | Redis | RedisCluster
 Callback = Callable[[Any], None]
 pack: Final = cast(Callable[[tuple[bytes, ...]], bytes], hiredis.pack_command)
 
@@ -58,12 +69,19 @@ BACKOFF_MAX: Final = 0.5
 
 
 class Script:
-    """A Lua script with its SHA1, run with EVALSHA and re-sent with EVAL on NOSCRIPT."""
+    """A Lua script with its SHA1, run with EVALSHA and re-sent with EVAL on NOSCRIPT.
 
-    __slots__ = ("sha", "source")
+    ``per_key_args``: when non-zero, the script treats each key alike, with that many
+    arguments of its own (key *i* owns ``ARGV[per_key_args*(i-1)+1 ...]``), and replies
+    with one value per key. Such a call may be split by the keys' hash slots (see
+    :class:`aiolock._cluster.ClusterNode`); any other must keep its keys in one slot.
+    """
 
-    def __init__(self, source: bytes) -> None:
+    __slots__ = ("per_key_args", "sha", "source")
+
+    def __init__(self, source: bytes, *, per_key_args: int = 0) -> None:
         self.source = source
+        self.per_key_args = per_key_args
         # SHA1 names the script for EVALSHA; it is not used for security.
         self.sha = hashlib.sha1(source, usedforsecurity=False).hexdigest().encode()
 
@@ -84,6 +102,8 @@ def _connection_kwargs(spec: NodeSpec) -> tuple[type[AbstractConnection], dict[s
     if isinstance(spec, str):
         kwargs: dict[str, Any] = dict(parse_url(spec))
         cls = kwargs.pop("connection_class", Connection)
+    elif isinstance(spec, RedisCluster):  # pragma: no cover - routed by ClusterNode
+        raise TypeError("a cluster has one connection per server: see cluster_endpoint()")
     else:
         pool = spec.connection_pool
         kwargs = dict(pool.connection_kwargs)
@@ -97,15 +117,13 @@ def _connection_kwargs(spec: NodeSpec) -> tuple[type[AbstractConnection], dict[s
 
 def node_key(spec: NodeSpec) -> tuple[object, ...]:
     """What identifies a node's server, to reject duplicate nodes (a fake quorum)."""
-    if type(spec).__name__ == "RedisCluster":
-        raise TypeError(
-            "a RedisCluster client cannot be a node yet: pass the URLs of independent "
-            "masters (or one master per node)"
-        )
+    if isinstance(spec, RedisCluster):
+        # Two clients of one cluster are one node: any server they start from.
+        return ("cluster", *sorted(cluster_addresses(spec)))
     if not isinstance(spec, str | Redis):
         raise TypeError(
-            f"a node must be a Redis URL (str) or a redis.asyncio.Redis client, "
-            f"not {type(spec).__name__}"
+            "a node must be a Redis URL (str), a redis.asyncio.Redis client or a "
+            f"redis.asyncio.RedisCluster client, not {type(spec).__name__}"
         )
     if not isinstance(spec, str):
         service = getattr(spec.connection_pool, "service_name", None)
@@ -124,6 +142,8 @@ def node_name(spec: NodeSpec) -> str:
     """A readable name of the node for messages: its URL without the password."""
     if isinstance(spec, str):
         return _display_url(spec)
+    if isinstance(spec, RedisCluster):
+        return "redis-cluster://" + ",".join(f"{h}:{p}" for h, p in cluster_addresses(spec))
     service = getattr(spec.connection_pool, "service_name", None)
     if service is not None:
         return f"sentinel://{service}"
@@ -131,6 +151,33 @@ def node_name(spec: NodeSpec) -> str:
     if "path" in kwargs:
         return f"unix://{kwargs['path']}"
     return f"redis://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
+
+
+def cluster_addresses(client: RedisCluster) -> list[tuple[str, int]]:
+    """The ``(host, port)`` of each server a cluster client starts from."""
+    return [(node.host, int(node.port)) for node in client.nodes_manager.startup_nodes.values()]
+
+
+def cluster_endpoint(
+    client: RedisCluster, address: tuple[str, int], connect_timeout: float
+) -> _Endpoint:
+    """How to connect to the server at ``address`` of ``client``'s cluster."""
+    template = next(iter(client.nodes_manager.startup_nodes.values()))
+    kwargs = dict(template.connection_kwargs)
+    host, port = address
+    remap = client.nodes_manager.address_remap
+    if remap is not None:  # e.g. the cluster announces addresses behind a NAT
+        host, port = remap((host, port))
+    kwargs["host"], kwargs["port"] = host, port
+    settings = (f"redis://{host}:{port}", template.connection_class, kwargs)
+    return _Endpoint(None, connect_timeout, settings=settings)
+
+
+def subscriber_endpoints(spec: NodeSpec, connect_timeout: float = 2.0) -> list[_Endpoint]:
+    """Where a subscriber may listen: any server of a cluster hears every PUBLISH."""
+    if isinstance(spec, RedisCluster):
+        return [cluster_endpoint(spec, a, connect_timeout) for a in cluster_addresses(spec)]
+    return [_Endpoint(spec, connect_timeout)]
 
 
 class _Sink(Protocol):
@@ -156,9 +203,22 @@ class _ReplyProtocol(asyncio.Protocol):
 class _Endpoint:
     """How to open a connection to one node: redis-py does the handshake."""
 
-    def __init__(self, spec: NodeSpec, connect_timeout: float) -> None:
-        self.name = node_name(spec)
-        cls, kwargs = _connection_kwargs(spec)
+    def __init__(
+        self,
+        spec: NodeSpec | None,
+        connect_timeout: float,
+        *,
+        settings: tuple[str, type[AbstractConnection], dict[str, Any]] | None = None,
+    ) -> None:
+        if settings is not None:  # one server of a cluster: (name, class, kwargs)
+            self.name, cls, kwargs = settings[0], settings[1], dict(settings[2])
+            kwargs["protocol"] = 2
+            kwargs["retry"] = Retry(NoBackoff(), 0)
+        elif spec is not None:
+            self.name = node_name(spec)
+            cls, kwargs = _connection_kwargs(spec)
+        else:  # pragma: no cover - programming error
+            raise TypeError("an endpoint needs a spec or settings")
         kwargs.setdefault("socket_connect_timeout", connect_timeout)
         if kwargs.get("socket_timeout") is None:
             kwargs["socket_timeout"] = connect_timeout
@@ -220,9 +280,10 @@ class Node:
         request_timeout: float,
         connect_timeout: float = 2.0,
         scripts: tuple[Script, ...] = (),
+        endpoint: _Endpoint | None = None,
     ) -> None:
         self.spec = spec
-        self._endpoint = _Endpoint(spec, connect_timeout)
+        self._endpoint = endpoint if endpoint is not None else _Endpoint(spec, connect_timeout)
         self.name = self._endpoint.name
         self._request_timeout = request_timeout
         self._stall_timeout = max(MIN_STALL_TIMEOUT, 20 * request_timeout)
@@ -453,8 +514,11 @@ class Subscriber:
         on_reset: Callable[[], None],
         connect_timeout: float = 2.0,
     ) -> None:
-        self._endpoint = _Endpoint(spec, connect_timeout)
-        self.name = self._endpoint.name
+        # A cluster gives one endpoint per server: any of them hears every PUBLISH,
+        # so the subscriber moves on to the next one when a connect fails.
+        self._endpoints = subscriber_endpoints(spec, connect_timeout)
+        self._endpoint_index = 0
+        self.name = node_name(spec)
         self._on_message = on_message
         self._on_reset = on_reset
         self._channels: dict[bytes, list[asyncio.Future[None]]] = {}
@@ -505,9 +569,11 @@ class Subscriber:
         backoff = BACKOFF_FIRST
         try:
             while self._channels and not self._closed:
+                endpoint = self._endpoints[self._endpoint_index % len(self._endpoints)]
                 try:
-                    transport, writer, protocol = await self._endpoint.open(self)
+                    transport, writer, protocol = await endpoint.open(self)
                 except Exception:  # retried with back-off while channels need it
+                    self._endpoint_index += 1
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, BACKOFF_MAX)
                     continue

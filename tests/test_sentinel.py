@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import subprocess
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,24 +13,27 @@ import pytest
 import redis.asyncio as redis
 from redis.asyncio.sentinel import Sentinel
 
-from aiolock import LockManager
-from aiolock.testing import Servers, _free_port, _ping, find_server_binary
+from aiolock import LockManager, QuorumError
+from aiolock.testing import Servers, _free_port, _ping, find_server_binary, redis_servers
 
 from .conftest import key
 
 
-@pytest.fixture
-async def sentinel_port(servers: Servers, tmp_path: Path) -> AsyncIterator[int]:
-    """A sentinel watching servers[0] as the master of service "mymaster"."""
+@contextlib.asynccontextmanager
+async def run_sentinel(master_port: int, directory: Path, *settings: str) -> AsyncIterator[int]:
+    """A sentinel watching the server on ``master_port`` as service "mymaster"."""
     binary = find_server_binary()
     assert binary is not None
-    master_port = int(servers[0].rsplit(":", 1)[1])
     port = _free_port()
-    conf = tmp_path / "sentinel.conf"
-    conf.write_text(
-        f"port {port}\nbind 127.0.0.1\ndir {tmp_path}\n"
-        f"sentinel monitor mymaster 127.0.0.1 {master_port} 1\n"
-    )
+    conf = directory / "sentinel.conf"
+    lines = [
+        f"port {port}",
+        "bind 127.0.0.1",
+        f"dir {directory}",
+        f"sentinel monitor mymaster 127.0.0.1 {master_port} 1",
+        *(f"sentinel {setting}" for setting in settings),
+    ]
+    conf.write_text("\n".join(lines) + "\n")
     process = subprocess.Popen(  # noqa: ASYNC220 - returns at once
         [binary, str(conf), "--sentinel"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -41,6 +46,13 @@ async def sentinel_port(servers: Servers, tmp_path: Path) -> AsyncIterator[int]:
     finally:
         process.kill()
         process.wait()
+
+
+@pytest.fixture
+async def sentinel_port(servers: Servers, tmp_path: Path) -> AsyncIterator[int]:
+    """A sentinel watching servers[0] as the master of service "mymaster"."""
+    async with run_sentinel(int(servers[0].rsplit(":", 1)[1]), tmp_path) as port:
+        yield port
 
 
 async def test_sentinel_managed_client_is_one_node(
@@ -60,3 +72,47 @@ async def test_sentinel_managed_client_is_one_node(
         await master.aclose()
         for client in sentinel.sentinels:
             await client.aclose()
+
+
+async def test_a_sentinel_failover_is_followed(tmp_path: Path, name: str) -> None:
+    async with redis_servers(2, args=["--repl-diskless-sync-delay", "0"]) as own:
+        old = own.servers[0]
+        replica_port = own.servers[1].port
+        replica = redis.Redis.from_url(own[1], socket_timeout=2)
+        await replica.replicaof("127.0.0.1", old.port)
+        deadline = time.monotonic() + 15
+        while (await replica.info("replication")).get("master_link_status") != "up":
+            assert time.monotonic() < deadline, "the replica did not sync"
+            await asyncio.sleep(0.05)
+        settings = ("down-after-milliseconds mymaster 300", "failover-timeout mymaster 2000")
+        async with run_sentinel(old.port, tmp_path, *settings) as port:
+            sentinel = Sentinel([("127.0.0.1", port)], socket_timeout=1)
+            master = sentinel.master_for("mymaster")
+            try:
+                async with LockManager([master], node_timeout=0.2) as locks:
+                    async with locks.lock(name, ttl=5) as before:
+                        token = before.fencing_token
+                        assert token is not None
+                    old.kill()
+                    # Until the replica is promoted the node is down (an outage);
+                    # then the node's connection follows the sentinel to it.
+                    deadline = time.monotonic() + 30
+                    while True:
+                        try:
+                            async with locks.lock(name, ttl=5) as after:
+                                assert after.fencing_token is not None
+                                assert after.fencing_token > token
+                                # (Sentinel kills the clients of a server it promotes.)
+                                async with redis.Redis(port=replica_port) as promoted:
+                                    assert await promoted.exists(key(name)) == 1
+                                    role = await promoted.execute_command("ROLE")
+                                    assert role[0] == b"master"
+                            break
+                        except QuorumError:
+                            assert time.monotonic() < deadline, "no failover in 30 s"
+                            await asyncio.sleep(0.1)
+            finally:
+                await master.aclose()
+                for client in sentinel.sentinels:
+                    await client.aclose()
+                await replica.aclose()

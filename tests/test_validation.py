@@ -149,8 +149,21 @@ def test_node_urls_hide_passwords_in_messages() -> None:
     assert "s3cret" not in repr(locks)
 
 
-def test_redis_cluster_client_is_refused_with_a_clear_message() -> None:
-    from redis.asyncio.cluster import RedisCluster
+def test_a_sync_client_is_refused_with_a_clear_message() -> None:
+    import redis
 
-    with pytest.raises(TypeError, match="RedisCluster"):
-        LockManager([RedisCluster(host="127.0.0.1", port=1)])
+    with pytest.raises(TypeError, match=r"redis\.asyncio\.Redis client.*not Redis"):
+        LockManager([redis.Redis(host="127.0.0.1", port=1)])
+
+
+def test_a_redis_cluster_client_is_one_node_named_after_its_servers() -> None:
+    from redis.asyncio.cluster import ClusterNode, RedisCluster
+
+    client = RedisCluster(
+        startup_nodes=[ClusterNode("127.0.0.1", 1), ClusterNode("127.0.0.1", 2)],
+        password="s3cret",
+    )
+    locks = LockManager([client, "redis://127.0.0.1:3", "redis://127.0.0.1:4"])
+    assert locks.quorum == 2
+    assert "redis-cluster://127.0.0.1:1,127.0.0.1:2" in repr(locks)
+    assert "s3cret" not in repr(locks)

@@ -1,0 +1,311 @@
+"""A Redis Cluster as **one logical node**: requests are routed by hash slot.
+
+Every key of one lock name shares a hash tag (``{prefix:name}``), so each request
+of the engine lands in one slot and is sent to the master that serves it, on a
+pipelined :class:`~aiolock._node.Node` per master, exactly as for a standalone node.
+What a cluster adds:
+
+- **The slot map**, read with ``CLUSTER SLOTS`` from a known server (the masters
+  already known first, then the client's startup nodes) when the node first
+  connects and again whenever a reply says it is stale: ``MOVED`` (the slot is
+  re-pointed at once and the request re-sent), a connection error, a timeout or
+  ``CLUSTERDOWN`` (a failover may be under way).
+- **ASK** redirects during a slot migration: ``ASKING`` and the request are written
+  back to back on the target's connection. ``TRYAGAIN`` (a multi-key request while
+  its keys are split by a migration) is re-sent shortly after.
+- **Batched renewal**: a renewal call carries the keys of many names, which a
+  cluster refuses across slots (``CROSSSLOT``). Scripts that declare
+  ``per_key_args`` are split by slot and their replies put back in order; a part
+  that fails counts as failed for its own keys only.
+- **Pub/sub**: a cluster hears a ``PUBLISH`` on every server, so the waiters'
+  subscriber connects to any one of them (see :class:`~aiolock._node.Subscriber`).
+
+The cluster is one vote: replication inside it is asynchronous, so a failover can
+lose a lock that was just taken, as with one standalone master and its replica.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import time
+from typing import Any, Final
+
+from redis.asyncio import RedisCluster
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+from redis.exceptions import (
+    AskError,
+    ClusterCrossSlotError,
+    ClusterDownError,
+    MovedError,
+    TryAgainError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+
+from ._node import Callback, Node, Script, cluster_addresses, cluster_endpoint, node_name
+
+__all__ = ["ClusterNode", "is_cluster"]
+
+#: How many MOVED/ASK redirects one request may follow.
+MAX_REDIRECTS: Final = 5
+#: How long to wait before re-sending a request answered with TRYAGAIN.
+TRY_AGAIN_DELAY: Final = 0.01
+#: The slot map is read again at most this often while replies keep saying it is stale.
+MIN_REFRESH_INTERVAL: Final = 0.1
+
+Address = tuple[str, int]
+
+
+def is_cluster(spec: object) -> bool:
+    """Whether ``spec`` is a ``redis.asyncio.RedisCluster`` client."""
+    return isinstance(spec, RedisCluster)
+
+
+def _ignore(_reply: Any) -> None:
+    return None
+
+
+class _Request:
+    """One request on its way to the master of its slot."""
+
+    __slots__ = ("args", "callback", "redirects", "script", "slot")
+
+    def __init__(
+        self, slot: int, script: Script | None, args: tuple[bytes, ...], callback: Callback
+    ) -> None:
+        self.slot = slot
+        self.script = script
+        self.args = args
+        self.callback = callback
+        self.redirects = 0
+
+
+class ClusterNode:
+    """A Redis Cluster behind the interface of one :class:`~aiolock._node.Node`."""
+
+    def __init__(
+        self,
+        client: RedisCluster,
+        *,
+        request_timeout: float,
+        connect_timeout: float = 2.0,
+        scripts: tuple[Script, ...] = (),
+    ) -> None:
+        self.spec = client
+        self.name = node_name(client)
+        self._client = client
+        self._request_timeout = request_timeout
+        self._connect_timeout = connect_timeout
+        self._scripts = scripts
+        self._startup: list[Address] = cluster_addresses(client)
+        self._servers: dict[Address, Node] = {}
+        self._slots: list[Address | None] = [None] * REDIS_CLUSTER_HASH_SLOTS
+        self._mapped = False
+        self._refreshing: asyncio.Task[None] | None = None
+        self._refreshed_at = -MIN_REFRESH_INTERVAL
+        # Requests that arrived before the slot map was known, with their deadline.
+        self._held: list[tuple[float, _Request]] = []
+        self._closed = False
+
+    def __repr__(self) -> str:
+        masters = len(set(self._slots) - {None})
+        return f"<ClusterNode {self.name} masters={masters}>"
+
+    # -- requests ---------------------------------------------------------------
+
+    def call(self, args: tuple[bytes, ...], callback: Callback) -> None:
+        """Send one command whose first argument after the name is its key."""
+        slot = key_slot(args[1]) if len(args) > 1 else 0
+        self._dispatch(_Request(slot, None, args, callback), may_hold=True)
+
+    def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None:
+        """Run ``script`` on the master of its keys' slot (split by slot if it may be)."""
+        numkeys = int(args[0])
+        slot = key_slot(args[1]) if numkeys else 0
+        for key in args[2 : 1 + numkeys]:
+            if key_slot(key) != slot:
+                break
+        else:
+            self._dispatch(_Request(slot, script, args, callback), may_hold=True)
+            return
+        if script.per_key_args:
+            self._split(script, args, numkeys, callback)
+        else:
+            callback(ClusterCrossSlotError(f"{self.name}: the keys of one request span slots"))
+
+    def _split(
+        self, script: Script, args: tuple[bytes, ...], numkeys: int, callback: Callback
+    ) -> None:
+        per = script.per_key_args
+        keys = args[1 : 1 + numkeys]
+        argv = args[1 + numkeys :]
+        groups: dict[int, list[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(key_slot(key), []).append(i)
+        replies: list[Any] = [None] * numkeys
+        left = [len(groups)]
+
+        def collect(indices: list[int], reply: Any) -> None:
+            if isinstance(reply, list):
+                for i, one in zip(indices, reply, strict=False):
+                    replies[i] = one
+            else:  # the part failed: its exception (or a malformed reply) for each key
+                error = reply if isinstance(reply, BaseException) else TypeError(repr(reply))
+                for i in indices:
+                    replies[i] = error
+            left[0] -= 1
+            if left[0] == 0:
+                callback(replies)
+
+        for slot, indices in groups.items():
+            part: list[bytes] = [b"%d" % len(indices)]
+            part.extend(keys[i] for i in indices)
+            for i in indices:
+                part.extend(argv[per * i : per * (i + 1)])
+            request = _Request(slot, script, tuple(part), functools.partial(collect, indices))
+            self._dispatch(request, may_hold=True)
+
+    def _dispatch(self, request: _Request, *, may_hold: bool) -> None:
+        address = self._slots[request.slot]
+        if address is None:
+            if self._closed:
+                request.callback(RedisConnectionError(f"{self.name}: the lock manager is closed"))
+            elif may_hold:
+                self._held.append((time.monotonic() + self._request_timeout, request))
+                self._refresh_soon()
+            else:
+                error = RedisConnectionError(f"{self.name}: no server serves slot {request.slot}")
+                request.callback(error)
+            return
+        self._send(address, request)
+
+    def _send(self, address: Address, request: _Request) -> None:
+        node = self._server(address)
+        on_reply = functools.partial(self._on_reply, address, request)
+        if request.script is None:
+            node.call(request.args, on_reply)
+        else:
+            node.call_script(request.script, request.args, on_reply)
+
+    def _on_reply(self, address: Address, request: _Request, reply: Any) -> None:
+        # (MovedError is a subclass of AskError.)
+        if isinstance(reply, AskError) and request.redirects < MAX_REDIRECTS and not self._closed:
+            request.redirects += 1
+            target = (reply.host or address[0], int(reply.port))
+            if isinstance(reply, MovedError):
+                self._slots[reply.slot_id] = target
+                self._refresh_soon()
+                self._dispatch(request, may_hold=False)
+            else:  # ASK: this one request goes to the importing server, after ASKING
+                self._server(target).call((b"ASKING",), _ignore)
+                self._send(target, request)
+            return
+        if isinstance(reply, TryAgainError) and request.redirects < MAX_REDIRECTS:
+            # A multi-key request in a slot being migrated, some keys moved already:
+            # the migration ends soon. (Bounded anyway by the engine's node_timeout.)
+            request.redirects += 1
+            retry = functools.partial(self._dispatch, request, may_hold=False)
+            asyncio.get_running_loop().call_later(TRY_AGAIN_DELAY, retry)
+            return
+        if isinstance(reply, RedisConnectionError | TimeoutError | ClusterDownError):
+            self._refresh_soon()  # the slot may have a new master (failover)
+        request.callback(reply)
+
+    # -- the slot map -----------------------------------------------------------
+
+    def _server(self, address: Address) -> Node:
+        node = self._servers.get(address)
+        if node is None:
+            node = Node(
+                self._client,
+                request_timeout=self._request_timeout,
+                scripts=self._scripts,
+                endpoint=cluster_endpoint(self._client, address, self._connect_timeout),
+            )
+            self._servers[address] = node
+        return node
+
+    def _refresh_soon(self) -> None:
+        if self._refreshing is None and not self._closed:
+            self._refreshing = asyncio.get_running_loop().create_task(self._refresh())
+
+    async def _refresh(self) -> None:
+        try:
+            wait = self._refreshed_at + MIN_REFRESH_INTERVAL - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            masters = [a for a in dict.fromkeys(self._slots) if a is not None]
+            for address in dict.fromkeys([*masters, *self._startup]):
+                reply = await self._ask_slots(address)
+                if isinstance(reply, list) and reply:
+                    self._apply(reply, address)
+                    break
+            self._refreshed_at = time.monotonic()
+        finally:
+            self._refreshing = None
+            held, self._held = self._held, []
+            now = time.monotonic()
+            for deadline, request in held:
+                if now > deadline:
+                    error = TimeoutError(f"{self.name}: the slot map was not read in time")
+                    request.callback(error)
+                else:
+                    self._dispatch(request, may_hold=False)
+
+    async def _ask_slots(self, address: Address) -> Any:
+        node = self._server(address)
+        await node.connect()
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+        def on_reply(reply: Any) -> None:
+            if not answer.done():
+                answer.set_result(reply)
+
+        node.call((b"CLUSTER", b"SLOTS"), on_reply)
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                return await answer
+        except TimeoutError as exc:
+            return exc
+
+    def _apply(self, reply: list[Any], asked: Address) -> None:
+        slots: list[Address | None] = [None] * REDIS_CLUSTER_HASH_SLOTS
+        for entry in reply:
+            lo, hi, master = int(entry[0]), int(entry[1]), entry[2]
+            host = master[0].decode() if isinstance(master[0], bytes) else str(master[0])
+            if host == "?":  # the server does not know its own address yet
+                continue
+            address = (host or asked[0], int(master[1]))  # "": the host we asked
+            slots[lo : hi + 1] = [address] * (hi + 1 - lo)
+        self._slots = slots
+        self._mapped = True
+
+    # -- connection -------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Read the slot map and connect to every master, without raising on failure."""
+        if self._closed:
+            return
+        if not self._mapped:
+            self._refresh_soon()
+            refreshing = self._refreshing
+            if refreshing is not None:
+                await asyncio.shield(refreshing)
+        masters = {a for a in self._slots if a is not None}
+        await asyncio.gather(*(self._server(a).connect() for a in masters))
+
+    async def aclose(self) -> None:
+        """Close every connection; requests still waiting fail with ConnectionError."""
+        self._closed = True
+        refreshing = self._refreshing
+        if refreshing is not None:
+            refreshing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await refreshing
+        error = RedisConnectionError(f"{self.name}: the lock manager is closed")
+        held, self._held = self._held, []
+        for _deadline, request in held:
+            request.callback(error)
+        for node in self._servers.values():
+            await node.aclose()

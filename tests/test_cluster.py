@@ -1,0 +1,335 @@
+"""A redis.asyncio.RedisCluster client as one logical node, against a real local cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import redis.asyncio as redis
+from redis.crc import key_slot
+from redis.exceptions import ClusterCrossSlotError, MovedError
+
+import aiolock
+from aiolock._cluster import ClusterNode
+from aiolock._quorum import ACQUIRE_SCRIPT, EXTEND_MANY_SCRIPT
+from aiolock.testing import Cluster, Server, Servers, redis_cluster, wait_cluster_ok
+
+from .conftest import key
+
+
+@pytest.fixture(scope="module")
+async def cluster() -> AsyncIterator[Cluster]:
+    """Three masters, one replica each."""
+    async with redis_cluster(3, replicas=1) as started:
+        yield started
+
+
+@pytest.fixture
+async def cluster_client(cluster: Cluster) -> AsyncIterator[Any]:
+    client = cluster.client()
+    yield client
+    await client.aclose()
+
+
+def direct(server: Server) -> redis.Redis:
+    """A plain client to one server of the cluster (no redirects followed)."""
+    return redis.Redis(port=server.port, socket_timeout=2)
+
+
+async def exists_on(server: Server, name: str) -> bool:
+    """Whether ``server`` has the lock's key (False if it does not serve its slot)."""
+    client = direct(server)
+    try:
+        return bool(await client.exists(key(name)))
+    except MovedError:  # the server does not serve the key's slot
+        return False
+    finally:
+        await client.aclose()
+
+
+async def server_id(server: Server) -> bytes:
+    client = direct(server)
+    try:
+        node_id: bytes = await client.execute_command("CLUSTER", "MYID")
+        return node_id
+    finally:
+        await client.aclose()
+
+
+async def start_migration(source: Server, target: Server, slot: int) -> None:
+    """Mark ``slot`` as moving from ``source`` to ``target`` (keys not moved yet)."""
+    src, dst = direct(source), direct(target)
+    try:
+        source_id, target_id = await server_id(source), await server_id(target)
+        await dst.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        await src.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+    finally:
+        await src.aclose()
+        await dst.aclose()
+
+
+async def finish_migration(cluster: Cluster, source: Server, target: Server, slot: int) -> None:
+    """Move the slot's remaining keys, then give the slot to ``target`` everywhere."""
+    src = direct(source)
+    try:
+        while keys := await src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+            await src.execute_command(
+                "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys
+            )
+    finally:
+        await src.aclose()
+    target_id = await server_id(target)
+    others = [m for m in cluster.masters if m not in (source, target)]
+    for server in (target, source, *others):
+        client = direct(server)
+        try:
+            await client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+        finally:
+            await client.aclose()
+    await wait_cluster_ok(cluster.masters)
+
+
+def names_on_every_master(count: int) -> list[str]:
+    """Lock names whose slots fall in each third of the slot space."""
+    found: dict[int, list[str]] = {0: [], 1: [], 2: []}
+    while any(len(v) < count for v in found.values()):
+        name = f"c-{uuid.uuid4().hex[:10]}"
+        third = key_slot(key(name).encode()) * 3 // 16384
+        if len(found[third]) < count:
+            found[third].append(name)
+    return [n for names in found.values() for n in names]
+
+
+async def test_a_cluster_is_one_node_and_each_name_lives_on_its_slots_master(
+    cluster: Cluster, cluster_client: Any
+) -> None:
+    async with aiolock.LockManager([cluster_client]) as locks:
+        assert locks.quorum == 1
+        assert "redis-cluster://" in repr(locks)
+        for name in names_on_every_master(2):
+            owner = await cluster.master_of(key(name))
+            async with locks.lock(name, ttl=5) as lock:
+                assert lock.fencing_token > 0
+                assert await exists_on(owner, name)
+                for other in cluster.masters:
+                    if other is not owner:
+                        assert not await exists_on(other, name)
+            assert not await exists_on(owner, name)
+
+
+async def test_two_clients_of_one_cluster_are_a_duplicate_node(cluster: Cluster) -> None:
+    first, second = cluster.client(), cluster.client()
+    try:
+        with pytest.raises(ValueError, match="duplicate node"):
+            aiolock.LockManager([first, second])
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+async def test_exclusion_and_pubsub_wakeup_between_managers(
+    cluster: Cluster, cluster_client: Any, name: str
+) -> None:
+    other_client = cluster.client()
+    try:
+        async with (
+            aiolock.LockManager([cluster_client]) as first,
+            aiolock.LockManager([other_client]) as second,
+        ):
+            holder = first.lock(name, ttl=30)
+            await holder.acquire()
+            held_token = holder.fencing_token
+            assert held_token is not None
+            assert not await second.lock(name, ttl=30).acquire(timeout=0)
+
+            async def release_soon() -> None:
+                await asyncio.sleep(0.2)
+                await holder.release()
+
+            task = asyncio.create_task(release_soon())
+            started = time.monotonic()
+            # Without the release message the waiter would sleep on the holder's
+            # 30 s PTTL and time out: the wake-up crossed the cluster bus.
+            async with second.lock(name, ttl=30, timeout=10) as waiter:
+                assert time.monotonic() - started < 8
+                assert waiter.fencing_token > held_token
+            await task
+    finally:
+        await other_client.aclose()
+
+
+async def test_a_cluster_is_one_vote_among_standalone_nodes(
+    cluster: Cluster, cluster_client: Any, servers: Servers, name: str
+) -> None:
+    nodes: list[Any] = [cluster_client, servers[0], servers[1]]
+    async with aiolock.LockManager(nodes) as locks:
+        assert locks.quorum == 2
+        owner = await cluster.master_of(key(name))
+        plain = [redis.Redis.from_url(url) for url in servers[:2]]
+        try:
+            async with locks.lock(name, ttl=5):
+                deadline = time.monotonic() + 2
+                while True:  # a quorum answered; the third write lands a moment later
+                    found = [await exists_on(owner, name)]
+                    found += [bool(await c.exists(key(name))) for c in plain]
+                    if all(found) or time.monotonic() > deadline:
+                        break
+                    await asyncio.sleep(0.01)
+                assert found == [True, True, True]
+            # The cluster alone is not a quorum: with both standalone nodes down
+            # the lock cannot be taken.
+            servers.servers[0].kill()
+            servers.servers[1].kill()
+            with pytest.raises(aiolock.QuorumError):
+                await locks.lock(name, ttl=5).acquire(timeout=0)
+            assert not await exists_on(owner, name)
+        finally:
+            for client in plain:
+                await client.aclose()
+
+
+async def test_a_renewal_batch_is_split_by_slot_and_answered_in_order(
+    cluster: Cluster, cluster_client: Any
+) -> None:
+    names = names_on_every_master(3)
+    node = ClusterNode(cluster_client, request_timeout=1.0, scripts=(EXTEND_MANY_SCRIPT,))
+    writer = cluster.client()
+    try:
+        for i, name in enumerate(names):
+            # Every other lock is held by someone else: its extend must say 0.
+            await writer.set(key(name), b"mine" if i % 2 == 0 else b"theirs", px=5000)
+        args: list[bytes] = [b"%d" % len(names)]
+        args += [key(name).encode() for name in names]
+        for _name in names:
+            args += [b"mine", b"60000"]
+        answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        node.call_script(EXTEND_MANY_SCRIPT, tuple(args), answer.set_result)
+        reply = await asyncio.wait_for(answer, 10)
+        assert reply == [1 if i % 2 == 0 else 0 for i in range(len(names))]
+        for i, name in enumerate(names):
+            ttl = await writer.pttl(key(name))
+            assert (ttl > 10_000) == (i % 2 == 0), (name, ttl)
+    finally:
+        await node.aclose()
+        await writer.aclose()
+
+
+async def test_held_locks_on_every_master_are_renewed(cluster_client: Any) -> None:
+    names = names_on_every_master(4)
+    async with aiolock.LockManager([cluster_client], node_timeout=0.2) as locks:
+        held = [locks.lock(name, ttl=1.5) for name in names]
+        for lock in held:
+            await lock.acquire()
+        await asyncio.sleep(3.5)  # over twice the ttl: renewed, or lost
+        assert all(lock.owned and not lock.lost for lock in held)
+        for lock in held:
+            await lock.release()
+
+
+async def test_a_request_whose_keys_span_slots_is_refused_without_io(
+    cluster_client: Any,
+) -> None:
+    node = ClusterNode(cluster_client, request_timeout=1.0)
+    a, b = names_on_every_master(1)[:2]
+    replies: list[Any] = []
+    args = (b"2", key(a).encode(), key(b).encode(), b"t", b"1000", b"1", b"1")
+    node.call_script(ACQUIRE_SCRIPT, args, replies.append)
+    assert len(replies) == 1
+    assert isinstance(replies[0], ClusterCrossSlotError)
+    assert not node._servers  # nothing was connected
+    await node.aclose()
+
+
+async def test_rwlock_and_semaphore_work_on_a_cluster(cluster_client: Any, name: str) -> None:
+    async with aiolock.LockManager([cluster_client]) as locks:
+        rw = locks.rwlock(name, ttl=5)
+        async with rw.read(), rw.read():
+            assert not await rw.write().acquire(timeout=0)
+        async with rw.write():
+            assert not await rw.read().acquire(timeout=0)
+        first, second = (locks.semaphore(name + "-s", 2, ttl=5) for _ in range(2))
+        async with first, second:
+            assert not await locks.semaphore(name + "-s", 2, ttl=5).acquire(timeout=0)
+
+
+async def test_a_moved_slot_is_followed(cluster: Cluster, cluster_client: Any) -> None:
+    name = names_on_every_master(1)[0]
+    slot = key_slot(key(name).encode())
+    async with aiolock.LockManager([cluster_client]) as locks:
+        async with locks.lock(name, ttl=5):  # the manager knows the slot's master
+            pass
+        source = await cluster.master_of(key(name))
+        target = next(m for m in cluster.masters if m is not source)
+        # Hand the slot (with the name's fencing counter) to another master behind
+        # the manager's back.
+        await start_migration(source, target, slot)
+        await finish_migration(cluster, source, target, slot)
+        # The first request goes to the old master, which answers MOVED.
+        async with locks.lock(name, ttl=5):
+            assert await exists_on(target, name)
+            assert not await exists_on(source, name)
+
+
+async def test_an_ask_redirect_during_a_migration_is_followed(
+    cluster: Cluster, cluster_client: Any
+) -> None:
+    name = names_on_every_master(1)[1]
+    slot = key_slot(key(name).encode())
+    source = await cluster.master_of(key(name))
+    target = next(m for m in cluster.masters if m is not source)
+    src, dst = direct(source), direct(target)
+    try:
+        async with aiolock.LockManager([cluster_client]) as locks:
+            lock = locks.lock(name, ttl=30, auto_renew=False)
+            await lock.acquire()
+            await start_migration(source, target, slot)
+            # Move the lock's keys; the slot itself is still the source's.
+            keys = await src.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100)
+            assert key(name).encode() in keys
+            await src.execute_command(
+                "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *keys
+            )
+            # The source no longer has the key and answers ASK: the release must
+            # run on the target (after ASKING) and delete the key there.
+            await lock.release()
+            await dst.execute_command("ASKING")
+            assert await dst.exists(key(name) + ":fence")
+            await dst.execute_command("ASKING")
+            assert not await dst.exists(key(name))
+    finally:
+        await src.aclose()
+        await dst.aclose()
+        await finish_migration(cluster, source, target, slot)
+
+
+async def test_a_failover_to_the_replica_is_followed() -> None:
+    async with redis_cluster(3, replicas=1) as own:
+        client = own.client()
+        try:
+            async with aiolock.LockManager([client], node_timeout=0.2) as locks:
+                name = names_on_every_master(1)[0]
+                async with locks.lock(name, ttl=5) as first:
+                    token = first.fencing_token
+                master = await own.master_of(key(name))
+                master.kill()
+                # Until a replica is promoted the slot has no master: acquires fail
+                # as an outage, then succeed on the new master.
+                deadline = time.monotonic() + 30
+                while True:
+                    try:
+                        async with locks.lock(name, ttl=5) as after:
+                            assert after.fencing_token > token
+                            promoted = await own.master_of(key(name))
+                            assert promoted is not master
+                            assert await exists_on(promoted, name)
+                        break
+                    except aiolock.QuorumError:
+                        if time.monotonic() > deadline:
+                            raise
+                        await asyncio.sleep(0.1)
+        finally:
+            await client.aclose()
