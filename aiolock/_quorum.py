@@ -186,13 +186,15 @@ class Votes:
             self.failed += 1
         else:
             self.no += 1
-        if self._waiter.done():
-            return
-        if self.yes + self.no + self.failed == self.n or (
+        if not self._waiter.done() and self.decided():
+            self._waiter.set_result(None)
+
+    def decided(self) -> bool:
+        """Every node answered, or (``early``) the outcome can no longer change."""
+        return self.yes + self.no + self.failed == self.n or (
             self._early
             and (self.yes >= self.quorum or self.no + self.failed > self.n - self.quorum)
-        ):
-            self._waiter.set_result(None)
+        )
 
     def expire(self, timeout: float, names: Sequence[str]) -> None:
         """Count every node still pending as failed by timeout."""
@@ -235,22 +237,33 @@ class Attempt:
         return max(pttls) / 1000 if pttls else None
 
 
-async def _uncancellable(waiter: asyncio.Future[None]) -> None:
-    """Wait for ``waiter`` even if cancelled meanwhile; re-raise the cancellation after.
+class _Awaited(Protocol):
+    """Votes being counted: a future set once :meth:`decided` (see _uncancellable)."""
+
+    _waiter: asyncio.Future[None]
+
+    def decided(self) -> bool: ...
+
+
+async def _uncancellable(votes: _Awaited) -> None:
+    """Wait until ``votes`` are decided even if cancelled meanwhile; re-raise after.
 
     The wait is bounded by the fan-out timer, so this costs at most ``node_timeout``.
+    The usual path awaits the future directly: ``asyncio.shield`` would cost a
+    future and an event-loop iteration more on every release.
     """
     try:
-        # asyncio.shield: a cancellation must not cancel the waiter itself.
-        await asyncio.shield(waiter)
+        await votes._waiter
         return
     except asyncio.CancelledError as exc:
+        # The cancellation also cancelled the future (unless it was already set):
+        # wait on fresh ones, shielded from anyio's cancel scopes too (which would
+        # otherwise deliver the cancellation again at every await).
         cancelled = exc
-    # Cancelled: finish the wait shielded also from anyio's cancel scopes (which
-    # would otherwise deliver the cancellation again at every await). Entering the
-    # scope only now keeps its cost off the usual path.
+    loop = asyncio.get_running_loop()
     with anyio.CancelScope(shield=True):
-        while not waiter.done():
+        while not votes.decided():
+            waiter = votes._waiter = loop.create_future()
             try:
                 await asyncio.shield(waiter)
             except asyncio.CancelledError as exc:  # native asyncio cancellation
@@ -318,13 +331,13 @@ class Quorum:
         votes, waiter, timer = self._start(send, classify, early=early, only=only, others=others)
         try:
             if shielded:
-                await _uncancellable(waiter)
+                await _uncancellable(votes)
             else:
                 await waiter
         finally:
             timer.cancel()
-            if not waiter.done():
-                waiter.cancel()
+            if not votes._waiter.done():
+                votes._waiter.cancel()
         return votes
 
     # -- operations ---------------------------------------------------------------
@@ -502,7 +515,7 @@ class Quorum:
                     functools.partial(batch.record, node, ni, lo, hi),
                 )
         try:
-            await _uncancellable(waiter)
+            await _uncancellable(batch)
         finally:
             timer.cancel()
         return batch
@@ -547,6 +560,10 @@ class BatchVotes:
         self._outstanding -= 1
         if self._outstanding == 0 and not self._waiter.done():
             self._waiter.set_result(None)
+
+    def decided(self) -> bool:
+        """Every (node, chunk) answered or timed out."""
+        return self._outstanding == 0
 
     def expire(
         self, nodes: Sequence[NodeLike], chunks: Sequence[tuple[int, int]], timeout: float
