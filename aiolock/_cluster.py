@@ -51,6 +51,8 @@ __all__ = ["ClusterNode", "is_cluster"]
 MAX_REDIRECTS: Final = 5
 #: How long to wait before re-sending a request answered with TRYAGAIN.
 TRY_AGAIN_DELAY: Final = 0.01
+#: How long one server may take to answer CLUSTER SLOTS (once connected).
+SLOTS_REPLY_TIMEOUT: Final = 0.25
 #: The slot map is read again at most this often while replies keep saying it is stale.
 MIN_REFRESH_INTERVAL: Final = 0.1
 
@@ -264,7 +266,9 @@ class ClusterNode:
 
         node.call((b"CLUSTER", b"SLOTS"), on_reply)
         try:
-            async with asyncio.timeout(self._connect_timeout):
+            # A healthy server answers at once: a hung one must not hold up the
+            # refresh for long before the next server is asked.
+            async with asyncio.timeout(max(SLOTS_REPLY_TIMEOUT, 5 * self._request_timeout)):
                 return await answer
         except TimeoutError as exc:
             return exc
