@@ -232,6 +232,28 @@ class Server:
             process.wait()
 
 
+class _ClusterServer(Server):
+    """A cluster server: its cluster bus on a free port of its own.
+
+    (By default the bus is the port + 10000, which is above 65535 for the upper part
+    of the ephemeral range, or may be taken.)
+    """
+
+    bus_port = 0
+
+    def _command(self) -> list[str]:
+        if not self.bus_port:
+            self.bus_port = _free_port()
+        return [*super()._command(), "--cluster-port", str(self.bus_port)]
+
+    async def start(self) -> None:
+        try:
+            await super().start()
+        except RuntimeError:
+            self.bus_port = 0  # maybe the bus port was taken: try a new one
+            await super().start()
+
+
 class Servers(list[str]):
     """The URLs of the servers started by :func:`redis_servers`, plus the servers."""
 
@@ -429,13 +451,13 @@ async def redis_cluster(
         "--repl-diskless-sync-delay", "0",  # a replica syncs at once, not after 5 s
         *args,
     ]  # fmt: skip
-    servers: list[Server] = []
+    servers: list[_ClusterServer] = []
     with tempfile.TemporaryDirectory(prefix="aiolock-cluster-") as tmp:
         try:
             for i in range(masters * (1 + replicas)):
                 directory = Path(tmp) / str(i)
                 directory.mkdir()
-                servers.append(Server(binary, directory, cluster_args))
+                servers.append(_ClusterServer(binary, directory, cluster_args))
             await asyncio.gather(*(server.start() for server in servers))
             first = servers[0].port
             for i, server in enumerate(servers[:masters]):
@@ -443,7 +465,9 @@ async def redis_cluster(
                 hi = (i + 1) * CLUSTER_SLOTS // masters - 1
                 await _cluster_command(server.port, "CLUSTER", "ADDSLOTSRANGE", lo, hi)
             for server in servers[1:]:
-                await _cluster_command(first, "CLUSTER", "MEET", "127.0.0.1", server.port)
+                await _cluster_command(
+                    first, "CLUSTER", "MEET", "127.0.0.1", server.port, server.bus_port
+                )
             await wait_cluster_ok(servers)
             ids = [await _cluster_command(m.port, "CLUSTER", "MYID") for m in servers[:masters]]
             await asyncio.gather(

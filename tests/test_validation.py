@@ -161,7 +161,7 @@ def test_a_redis_cluster_client_is_one_node_named_after_its_servers() -> None:
 
     client = RedisCluster(
         startup_nodes=[ClusterNode("127.0.0.1", 1), ClusterNode("127.0.0.1", 2)],
-        password="s3cret",
+        password="s3cret",  # noqa: S106 - a test password, checked to stay hidden
     )
     locks = LockManager([client, "redis://127.0.0.1:3", "redis://127.0.0.1:4"])
     assert locks.quorum == 2
