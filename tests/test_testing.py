@@ -83,3 +83,28 @@ async def test_zero_servers_is_rejected() -> None:
     with pytest.raises(ValueError, match="n must be"):
         async with redis_servers(0):
             pytest.fail("no servers to start")
+
+
+async def test_a_cluster_without_masters_is_rejected() -> None:
+    with pytest.raises(ValueError, match="masters >= 1"):
+        async with testing.redis_cluster(0):
+            pytest.fail("no cluster to start")
+
+
+async def test_redis_cluster_serves_every_slot_and_stops_after() -> None:
+    async with testing.redis_cluster(2) as cluster:
+        assert len(cluster.masters) == 2
+        assert not cluster.replicas
+        client = cluster.client()
+        try:
+            # Keys in both halves of the slot space are served (redirects followed).
+            for key in ("a", "b", "c", "d"):
+                await client.set(key, key)
+                assert await client.get(key) == key.encode()
+            assert {(await cluster.master_of(k)).port for k in ("a", "b", "c", "d")} == {
+                s.port for s in cluster.masters
+            }
+        finally:
+            await client.aclose()
+        processes = [server.process for server in cluster.servers]
+    assert all(p is not None and p.poll() is not None for p in processes)
