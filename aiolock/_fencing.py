@@ -51,7 +51,8 @@ as long as acquirers' clocks agree to better than the time between A and B (``t_
 A's clock at A's acquire, plus one per acquisition at most).
 
 Cost: nothing extra in the common case (the counter is updated by the acquire script
-itself, about 10 µs of server CPU); one round trip when counters disagree. Tokens are
+itself, with one ``SET ... GET``: a few µs of server CPU); one round trip when
+counters disagree. Tokens are
 large integers (microseconds since the epoch, about 1.8e15 in 2026): below 2**53, exact
 in every language.
 """

@@ -1,4 +1,6 @@
-"""Lua scripts run on each node. Pure data: each is headed by its KEYS, ARGV and return.
+"""Lua scripts run on each node, each headed by its KEYS, ARGV and return.
+
+(And the plain-command form of RELEASE, for servers that have DELIFEQ.)
 
 Every script touches only keys of one lock name, all sharing one hash tag, so the
 scripts also run on Redis Cluster nodes.
@@ -15,18 +17,23 @@ __all__ = [
     "RW_READ",
     "RW_RELEASE",
     "RW_WRITE",
+    "release_commands",
 ]
 
 # The fencing lines shared by every acquire script: KEYS[2] is the name's counter,
 # ARGV[3] its retention in ms, ARGV[4] the acquirer's floor (see _fencing.py). They
 # leave the token in ``fence``.
+# The usual case costs one command: the counter is set to the floor, and only when its
+# old value was not below the floor (clocks disagree) is it set again, to old + 1.
+# (Script calls are atomic: the floor in between is never seen.) SET ... GET needs
+# Redis 6.2 or any Valkey.
 _FENCE = b"""\
 local fence = tonumber(ARGV[4])
-local last = tonumber(redis.call('get', KEYS[2]))
+local last = tonumber(redis.call('set', KEYS[2], ARGV[4], 'PX', ARGV[3], 'GET'))
 if last and last >= fence then
     fence = last + 1
+    redis.call('set', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
 end
-redis.call('set', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
 """
 
 # KEYS[1] lock key
@@ -81,6 +88,20 @@ if redis.call('get', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+
+
+def release_commands(args: tuple[bytes, ...]) -> tuple[tuple[bytes, ...], ...] | None:
+    """RELEASE as plain commands, for servers that have DELIFEQ (Valkey 9).
+
+    ``DELIFEQ`` is the compare-and-delete itself, with the same reply; ``PUBLISH``
+    follows in the same write, also when the key was not ours: a waiter woken for
+    nothing tries once and waits again. Several times cheaper than a script call.
+    """
+    if len(args) != 3 or args[0] != b"1":  # pragma: no cover - RELEASE's own args only
+        return None
+    key, token = args[1], args[2]
+    return ((b"DELIFEQ", key, token), (b"PUBLISH", key + b":released", b""))
+
 
 # KEYS[1] lock key
 # ARGV[1] token
