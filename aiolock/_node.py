@@ -41,7 +41,7 @@ from redis.asyncio.connection import AbstractConnection, Connection, parse_url
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoPermissionError, NoScriptError, ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 __all__ = [
     "Callback",
@@ -68,10 +68,6 @@ BACKOFF_FIRST: Final = 0.05
 BACKOFF_MAX: Final = 0.5
 
 
-# Maps a script's args to plain commands with the same effect (see Script.native).
-_Commands = Callable[[tuple[bytes, ...]], tuple[tuple[bytes, ...], ...] | None]
-
-
 class Script:
     """A Lua script with its SHA1, run with EVALSHA and re-sent with EVAL on NOSCRIPT.
 
@@ -81,40 +77,13 @@ class Script:
     :class:`aiolock._cluster.ClusterNode`); any other must keep its keys in one slot.
     """
 
-    __slots__ = ("native", "per_key_args", "sha", "source")
+    __slots__ = ("per_key_args", "sha", "source")
 
-    def __init__(
-        self,
-        source: bytes,
-        *,
-        per_key_args: int = 0,
-        native: _Commands | None = None,
-    ) -> None:
+    def __init__(self, source: bytes, *, per_key_args: int = 0) -> None:
         self.source = source
         self.per_key_args = per_key_args
-        #: Optional: the same effect as plain commands, for servers that have them
-        #: (no Lua: several times cheaper on the server). Maps the script's args to
-        #: the commands, written together, whose first reply is the script's (or to
-        #: None: run the script). A node that answers "unknown command" or NOPERM
-        #: runs the script instead, from then on.
-        self.native = None if native is None else _Native(self, native)
         # SHA1 names the script for EVALSHA; it is not used for security.
         self.sha = hashlib.sha1(source, usedforsecurity=False).hexdigest().encode()
-
-
-class _Native:
-    """The plain-command form of a :class:`Script` (see ``Script.native``)."""
-
-    __slots__ = ("commands", "script")
-
-    def __init__(self, script: Script, commands: _Commands) -> None:
-        self.script = script
-        self.commands = commands
-
-
-def _unsupported(error: Exception, reply: object) -> bool:
-    """The server lacks the command, or the user may not run it."""
-    return isinstance(error, NoPermissionError) or str(reply).startswith("ERR unknown command")
 
 
 def _display_url(url: str) -> str:
@@ -291,9 +260,8 @@ class _Endpoint:
 
 
 # A request waiting for its reply: (callback, script or None, args after the script's
-# name, monotonic time it was written). A script's native form in place of the script
-# means it was sent as plain commands.
-_Pending = tuple[Callback, Script | _Native | None, tuple[bytes, ...], float]
+# name, monotonic time it was written).
+_Pending = tuple[Callback, Script | None, tuple[bytes, ...], float]
 # A request waiting for a connection: (packed bytes, callback, script, args, deadline).
 _Queued = tuple[bytes, Callback, Script | None, tuple[bytes, ...], float]
 
@@ -332,9 +300,6 @@ class Node:
         self._backoff = BACKOFF_FIRST
         self._last_error: Exception = RedisConnectionError(f"{self.name}: not connected yet")
         self._closed = False
-        # Whether scripts with a native form may be sent as plain commands (until
-        # the node says it lacks them or the user may not run them).
-        self._native_ok = True
 
     def __repr__(self) -> str:
         state = "connected" if self._transport is not None else "disconnected"
@@ -347,23 +312,7 @@ class Node:
         self._send(pack(args), callback, None, args)
 
     def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None:
-        """Run ``script`` with ``args`` (numkeys, keys, argv) via EVALSHA.
-
-        Or as its native commands, written together, when it has them and the node
-        has not refused them: only on a live connection (a request queued for a
-        connection is one EVALSHA).
-        """
-        native = script.native
-        if native is not None and self._native_ok and self._transport is not None:
-            now = time.monotonic()
-            pending = self._pending
-            commands = native.commands(args)
-            if commands is not None and (not pending or now - pending[0][3] <= self._stall_timeout):
-                self._write(b"".join([pack(command) for command in commands]))
-                pending.append((callback, native, args, now))
-                for _extra in commands[1:]:
-                    pending.append((_ignore, None, (), now))
-                return
+        """Run ``script`` with ``args`` (numkeys, keys, argv) via EVALSHA."""
         self._send(pack((b"EVALSHA", script.sha, *args)), callback, script, args)
 
     def _send(
@@ -469,17 +418,7 @@ class Node:
             callback, script, sent_args, _sent = pending.popleft()
             if isinstance(reply, hiredis.ReplyError):
                 error: Exception = BaseParser.parse_error(str(reply))  # type: ignore[no-untyped-call]
-                if type(script) is _Native and _unsupported(error, reply):
-                    # An older server, or an ACL without the command: run the
-                    # script, from now on always. (The other commands of the
-                    # request, e.g. PUBLISH, ran anyway: their effect is harmless.)
-                    self._native_ok = False
-                    fallback = script.script
-                    if self._transport is not None:
-                        self._write(pack((b"EVALSHA", fallback.sha, *sent_args)))
-                        pending.append((callback, fallback, sent_args, time.monotonic()))
-                        continue
-                if type(script) is Script and isinstance(error, NoScriptError):
+                if script is not None and isinstance(error, NoScriptError):
                     # The script cache was flushed (SCRIPT FLUSH, restart): send
                     # the source. Later requests may run before this one; only the
                     # retried script is delayed, never a reply mismatched.
@@ -535,7 +474,7 @@ class Node:
             transport.close()
             self._writer = None
             pending, self._pending = self._pending, deque()
-            for callback, _how, _args, _sent in pending:
+            for callback, _script, _args, _sent in pending:
                 callback(error)
 
 

@@ -38,7 +38,6 @@ from ._scripts import (
     RW_READ,
     RW_RELEASE,
     RW_WRITE,
-    release_commands,
 )
 
 __all__ = [
@@ -57,7 +56,7 @@ __all__ = [
 DRIFT_FLOOR: Final = 0.002
 
 ACQUIRE_SCRIPT: Final = Script(ACQUIRE)
-RELEASE_SCRIPT: Final = Script(RELEASE, native=release_commands)
+RELEASE_SCRIPT: Final = Script(RELEASE)
 RAISE_FENCE_SCRIPT: Final = Script(RAISE_FENCE)
 RW_READ_SCRIPT: Final = Script(RW_READ)
 RW_WRITE_SCRIPT: Final = Script(RW_WRITE)

@@ -1,6 +1,4 @@
-"""Lua scripts run on each node, each headed by its KEYS, ARGV and return.
-
-(And the plain-command form of RELEASE, for servers that have DELIFEQ.)
+"""Lua scripts run on each node. Pure data: each is headed by its KEYS, ARGV and return.
 
 Every script touches only keys of one lock name, all sharing one hash tag, so the
 scripts also run on Redis Cluster nodes.
@@ -17,7 +15,6 @@ __all__ = [
     "RW_READ",
     "RW_RELEASE",
     "RW_WRITE",
-    "release_commands",
 ]
 
 # The fencing lines shared by every acquire script: KEYS[2] is the name's counter,
@@ -88,19 +85,6 @@ if redis.call('get', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
-
-
-def release_commands(args: tuple[bytes, ...]) -> tuple[tuple[bytes, ...], ...] | None:
-    """RELEASE as plain commands, for servers that have DELIFEQ (Valkey 9).
-
-    ``DELIFEQ`` is the compare-and-delete itself, with the same reply; ``PUBLISH``
-    follows in the same write, also when the key was not ours: a waiter woken for
-    nothing tries once and waits again. Several times cheaper than a script call.
-    """
-    if len(args) != 3 or args[0] != b"1":  # pragma: no cover - RELEASE's own args only
-        return None
-    key, token = args[1], args[2]
-    return ((b"DELIFEQ", key, token), (b"PUBLISH", key + b":released", b""))
 
 
 # KEYS[1] lock key

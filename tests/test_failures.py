@@ -17,7 +17,7 @@ import redis.asyncio as redis
 import trustme
 
 from aiolock import LockLost, LockManager, QuorumError
-from aiolock.testing import Server, Servers, redis_servers
+from aiolock.testing import Server, Servers
 
 from .conftest import settled_keys
 from .faults import Mode, Proxy, proxies
@@ -243,27 +243,6 @@ async def test_minimal_acl_of_the_readme_is_enough(
     finally:
         for client in clients:
             await client.execute_command("ACL", "DELUSER", "aiolock")
-
-
-async def test_a_server_without_delifeq_releases_with_the_script(name: str) -> None:
-    # Older servers (and Redis) lack DELIFEQ: the first release learns it and is run
-    # as a script; later releases go straight to the script.
-    async with redis_servers(1, args=["--rename-command", "DELIFEQ", ""]) as urls:
-        client = redis.Redis.from_url(urls[0])
-        try:
-            errors = await client.info("errorstats")  # (the client's handshake may err)
-            before = errors.get("errorstat_ERR", {}).get("count", 0)
-            async with LockManager(urls) as locks:
-                for _ in range(3):
-                    async with locks.lock(name, ttl=5, auto_renew=False):
-                        assert await client.exists(f"aiolock:{{{name}}}") == 1
-                    assert await client.exists(f"aiolock:{{{name}}}") == 0
-            errors = await client.info("errorstats")
-            assert errors.get("errorstat_ERR", {}).get("count") == before + 1
-            stats = await client.info("commandstats")
-            assert stats["cmdstat_evalsha"]["calls"] == 6  # 3 acquires, 3 releases
-        finally:
-            await client.aclose()
 
 
 async def test_acl_without_the_prefix_is_a_clear_error(
