@@ -10,7 +10,8 @@ tens of milliseconds. Instead:
 * **Across processes**, the release script publishes on the channel
   ``<key>:released``; the head of each process's queue is subscribed (one pub/sub
   connection per node per manager, subscribed only while someone waits) and tries
-  again on the first message.
+  again on the first message. It listens on ``n - quorum + 1`` of the nodes, which
+  hear every successful release (see ``Waiting._listeners``).
 * **A local release wakes the local head at once**, before its own replies are in:
   on the ordered connection of each node the release is written before the head's
   acquire, so it reaches the node first, and the handoff costs no extra round trip.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import math
 import random
+import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, Protocol, TypeVar
@@ -61,10 +63,12 @@ LOCAL_STREAK: Final = 4
 class _Queue:
     """The tasks of this process waiting for one name."""
 
-    __slots__ = ("channels", "entries", "local_streak", "subscribed", "wake")
+    __slots__ = ("channels", "entries", "listeners", "local_streak", "subscribed", "wake")
 
-    def __init__(self, channels: tuple[bytes, ...]) -> None:
+    def __init__(self, channels: tuple[bytes, ...], listeners: Sequence[Subscriber]) -> None:
         self.channels = channels
+        # The subscribers (nodes) this queue listens on (see Waiting._listeners).
+        self.listeners = listeners
         # One future per waiting task, in FIFO order; the head's is done ("your
         # turn"): with None to try at once, or with the ttl of the lock the previous
         # head just took (the new head then waits for its release, or expiry, first).
@@ -141,7 +145,9 @@ class Waiting:
         """
         queue = self._queues.get(key)
         if queue is None:
-            queue = self._queues[key] = _Queue(channels or (key + b":released",))
+            queue = self._queues[key] = _Queue(
+                channels or (key + b":released",), self._listeners(key)
+            )
             for channel in queue.channels:
                 self._by_channel[channel] = queue
         turn: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
@@ -203,12 +209,27 @@ class Waiting:
         for channel in queue.channels:
             del self._by_channel[channel]
         if queue.subscribed:
-            for subscriber in self._subscribers:
+            for subscriber in queue.listeners:
                 for channel in queue.channels:
                     subscriber.unsubscribe(channel)
 
+    def _listeners(self, key: bytes) -> list[Subscriber]:
+        """The ``n - quorum + 1`` nodes a queue for ``key`` listens on.
+
+        That is enough to hear every successful release: it deleted the key on at
+        least a quorum of nodes, each of which published, and any ``n - quorum + 1``
+        nodes share one with any quorum (also when some are down: a node that is
+        down publishes nothing, but neither does it count in the quorum). Fewer
+        messages per release per waiting process: 3 instead of 5 with five nodes.
+        Which nodes depends on the key, to spread the pub/sub work.
+        """
+        n = len(self._subscribers)
+        count = n - (n // 2 + 1) + 1
+        first = zlib.crc32(key) % n
+        return [self._subscribers[(first + i) % n] for i in range(count)]
+
     async def _subscribe(self, queue: _Queue) -> None:
-        """Subscribe on every node; wait (briefly) for the confirmations.
+        """Subscribe on the queue's nodes; wait (briefly) for the confirmations.
 
         The attempt that follows must not miss a release that happens after it
         failed, so the subscription should be in place first; a node that does not
@@ -216,7 +237,7 @@ class Waiting:
         """
         queue.subscribed = True
         confirmations = [
-            s.subscribe(channel) for s in self._subscribers for channel in queue.channels
+            s.subscribe(channel) for s in queue.listeners for channel in queue.channels
         ]
         pending = [c for c in confirmations if not c.done()]
         if pending:

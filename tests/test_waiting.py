@@ -14,6 +14,7 @@ import pytest
 import redis.asyncio as redis
 
 from aiolock import LockManager
+from aiolock.testing import Servers
 
 from .conftest import key
 
@@ -178,6 +179,7 @@ async def test_commands_per_handoff_do_not_grow_with_waiters(
 WORKER = """
 import asyncio, json, sys, time
 from aiolock import LockManager
+from aiolock.testing import Servers
 
 async def main(counter, nodes):
     inside = []
@@ -225,3 +227,27 @@ def test_subprocess_module_is_usable() -> None:
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
+
+
+async def test_waiters_listen_on_n_minus_quorum_plus_one_nodes_and_hear_every_release(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager(servers) as holder_side, LockManager(servers) as waiter_side:
+        listened = [s.name for s in waiter_side._waiting._listeners(key(name).encode())]
+        assert len(listened) == 3  # of 5: any quorum of 3 shares one of them
+        holder = holder_side.lock(name, ttl=30)
+        assert await holder.acquire(timeout=0)
+        waiter = asyncio.create_task(waiter_side.lock(name, ttl=30).acquire(timeout=10))
+        await asyncio.sleep(0.3)  # subscribed; asleep on the holder's 30 s PTTL
+        channels = [await c.pubsub_numsub(key(name) + ":released") for c in clients]
+        assert sum(count for [(_channel, count)] in channels) == 3
+        # Two of the three listened nodes go down: the release still reaches a
+        # quorum, which includes the third, and its message wakes the waiter.
+        for server in servers.servers:
+            if server.url in listened[:2]:
+                server.kill()
+        await asyncio.sleep(0.1)
+        started = time.monotonic()
+        await holder.release()
+        assert await waiter
+        assert time.monotonic() - started < 5  # not the 10 s timeout or 30 s PTTL
