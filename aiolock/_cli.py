@@ -13,6 +13,7 @@ import redis.asyncio as redis
 
 from ._errors import LockLost, QuorumError
 from ._manager import LockManager
+from ._node import _display_url
 from .testing import Server, redis_servers
 
 __all__ = ["main"]
@@ -102,12 +103,30 @@ def _fingerprint(token: bytes) -> str:
     return hashlib.sha256(token).hexdigest()[:12]
 
 
-async def _inspect(name: str, nodes: Sequence[str], prefix: str) -> int:
+# A node on the command line: (URL, whether it is a Redis Cluster).
+_NodeArg = tuple[str, bool]
+
+
+def _open(node: _NodeArg) -> tuple[str, redis.Redis | redis.RedisCluster]:
+    """A client for one node, and its name without a password."""
+    url, cluster = node
+    if cluster:
+        # One logical node: the client routes each command to the key's master.
+        client = redis.RedisCluster.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        return f"cluster {_display_url(url)}", client
+    return _display_url(url), redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+
+
+async def _inspect(name: str, nodes: Sequence[_NodeArg], prefix: str) -> int:
     key = f"{prefix}{{{name}}}"
     print(f"lock {name!r} (key {key!r}):")
     holders: dict[str, int] = {}
-    for url in nodes:
-        client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    for node in nodes:
+        try:
+            url, client = _open(node)
+        except Exception as exc:
+            print(f"  {_display_url(node[0])}: unreachable ({type(exc).__name__}: {exc})")
+            continue
         try:
             value = await client.get(key)
             pttl = await client.pttl(key)
@@ -130,11 +149,16 @@ async def _inspect(name: str, nodes: Sequence[str], prefix: str) -> int:
     return 0
 
 
-async def _force_release(name: str, nodes: Sequence[str], prefix: str) -> int:
+async def _force_release(name: str, nodes: Sequence[_NodeArg], prefix: str) -> int:
     key = f"{prefix}{{{name}}}"
     failed = 0
-    for url in nodes:
-        client = redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+    for node in nodes:
+        try:
+            url, client = _open(node)
+        except Exception as exc:
+            failed += 1
+            print(f"  {_display_url(node[0])}: unreachable ({type(exc).__name__}: {exc})")
+            continue
         try:
             deleted = await client.delete(key)
             await client.publish(f"{key}:released", "")  # wake the waiters
@@ -145,6 +169,19 @@ async def _force_release(name: str, nodes: Sequence[str], prefix: str) -> int:
         finally:
             await client.aclose()
     return 1 if failed else 0
+
+
+def _node_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--nodes", nargs="+", metavar="URL", help="the manager's nodes (standalone servers)"
+    )
+    command.add_argument(
+        "--cluster",
+        action="append",
+        metavar="URL",
+        help="a Redis Cluster that is one node of the manager (any of its servers)",
+    )
+    command.add_argument("--prefix", default="aiolock:", help="the manager's key prefix")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -183,8 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     bench.add_argument("--uvloop", action="store_true", help="run on uvloop (pip install uvloop)")
     inspect = sub.add_parser("inspect", help="who holds a lock, on which nodes, for how long")
     inspect.add_argument("name")
-    inspect.add_argument("--nodes", nargs="+", metavar="URL", required=True)
-    inspect.add_argument("--prefix", default="aiolock:")
+    _node_arguments(inspect)
     release = sub.add_parser(
         "release",
         help="delete a lock on every node, whoever holds it (an operator's last resort)",
@@ -195,8 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ),
     )
     release.add_argument("name")
-    release.add_argument("--nodes", nargs="+", metavar="URL", required=True)
-    release.add_argument("--prefix", default="aiolock:")
+    _node_arguments(release)
     release.add_argument("--force", action="store_true", help="required: yes, really")
     release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
     args = parser.parse_args(argv)
@@ -217,16 +252,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             renewal_seconds=args.renewal_seconds,
             use_uvloop=args.uvloop,
         )
+    nodes: list[_NodeArg] = [(url, False) for url in args.nodes or ()]
+    nodes += [(url, True) for url in args.cluster or ()]
+    if not nodes:
+        parser.error("give the lock manager's nodes: --nodes URL ... and/or --cluster URL")
     if args.command == "release":
         if not args.force:
             parser.error("release deletes a lock whoever holds it: add --force to confirm")
         if not args.yes:
-            answer = input(f"Delete lock {args.name!r} on {len(args.nodes)} nodes? [y/N] ")
+            answer = input(f"Delete lock {args.name!r} on {len(nodes)} nodes? [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
                 print("nothing done")
                 return 1
-        return asyncio.run(_force_release(args.name, args.nodes, args.prefix))
-    return asyncio.run(_inspect(args.name, args.nodes, args.prefix))
+        return asyncio.run(_force_release(args.name, nodes, args.prefix))
+    return asyncio.run(_inspect(args.name, nodes, args.prefix))
 
 
 if __name__ == "__main__":  # pragma: no cover

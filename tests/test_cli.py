@@ -112,3 +112,13 @@ def test_release_asks_for_confirmation(urls: list[str]) -> None:
     )  # fmt: skip
     assert result.returncode == 1
     assert "nothing done" in result.stdout
+
+
+def test_inspect_needs_nodes_and_never_prints_a_password() -> None:
+    result = run("inspect", "x")
+    assert result.returncode == 2
+    assert "--nodes URL" in result.stderr
+    result = run("inspect", "x", "--nodes", "redis://user:s3cret@127.0.0.1:1")
+    assert result.returncode == 0, result.stderr
+    assert "redis://user:***@127.0.0.1:1: unreachable" in result.stdout
+    assert "s3cret" not in result.stdout + result.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -333,3 +334,31 @@ async def test_a_failover_to_the_replica_is_followed() -> None:
                         await asyncio.sleep(0.1)
         finally:
             await client.aclose()
+
+
+async def run_cli(*args: str) -> str:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aiolock", *args, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0
+    return out.decode()
+
+
+async def test_cli_inspects_and_releases_a_lock_with_a_cluster_node(
+    cluster: Cluster, cluster_client: Any, servers: Servers, name: str
+) -> None:
+    # Any server of the cluster will do: the CLI's cluster client follows redirects.
+    url = f"redis://127.0.0.1:{cluster.masters[0].port}"
+    nodes = ["--nodes", servers[0], servers[1], "--cluster", url]
+    async with aiolock.LockManager([cluster_client, servers[0], servers[1]]) as locks:
+        holder = locks.lock(name, ttl=20, auto_renew=False)
+        assert await holder.acquire()
+        waiter = asyncio.create_task(locks.lock(name, ttl=20).acquire(timeout=15))
+        report = await run_cli("inspect", name, *nodes)
+        assert report.count("held by") == 3, report
+        assert f"cluster {url}: held by" in report
+        assert "holder with a quorum (2): none" not in report
+        released = await run_cli("release", name, "--force", "--yes", *nodes)
+        assert released.count("deleted") == 3, released
+        assert await asyncio.wait_for(waiter, 10)  # woken by the release messages
