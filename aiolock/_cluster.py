@@ -8,8 +8,9 @@ What a cluster adds:
 - **The slot map**, read with ``CLUSTER SLOTS`` from a known server (the masters
   already known first, then the client's startup nodes) when the node first
   connects and again whenever a reply says it is stale: ``MOVED`` (the slot is
-  re-pointed at once and the request re-sent), a connection error, a timeout or
-  ``CLUSTERDOWN`` (a failover may be under way).
+  re-pointed at once and the request re-sent), a connection error (the request is
+  re-sent if the map, read again, names another master: a failover happened), a
+  timeout or ``CLUSTERDOWN``.
 - **ASK** redirects during a slot migration: ``ASKING`` and the request are written
   back to back on the target's connection. ``TRYAGAIN`` (a multi-key request while
   its keys are split by a migration) is re-sent shortly after.
@@ -71,7 +72,7 @@ def _ignore(_reply: Any) -> None:
 class _Request:
     """One request on its way to the master of its slot."""
 
-    __slots__ = ("args", "callback", "redirects", "script", "slot")
+    __slots__ = ("args", "callback", "deadline", "failed", "redirects", "script", "slot")
 
     def __init__(
         self, slot: int, script: Script | None, args: tuple[bytes, ...], callback: Callback
@@ -81,6 +82,10 @@ class _Request:
         self.args = args
         self.callback = callback
         self.redirects = 0
+        #: Set when first held for the slot map: later than this, it is not sent.
+        self.deadline = 0.0
+        #: The server that could not be reached, and why (see ClusterNode._on_reply).
+        self.failed: tuple[Address, Exception] | None = None
 
 
 class ClusterNode:
@@ -106,7 +111,7 @@ class ClusterNode:
         self._mapped = False
         self._refreshing: asyncio.Task[None] | None = None
         self._refreshed_at = -MIN_REFRESH_INTERVAL
-        # Requests that arrived before the slot map was known, with their deadline.
+        # Requests waiting for the slot map to be read (again), with their deadline.
         self._held: list[tuple[float, _Request]] = []
         self._closed = False
 
@@ -174,8 +179,7 @@ class ClusterNode:
             if self._closed:
                 request.callback(RedisConnectionError(f"{self.name}: the lock manager is closed"))
             elif may_hold:
-                self._held.append((time.monotonic() + self._request_timeout, request))
-                self._refresh_soon()
+                self._hold(request)
             else:
                 error = RedisConnectionError(f"{self.name}: no server serves slot {request.slot}")
                 request.callback(error)
@@ -210,9 +214,30 @@ class ClusterNode:
             retry = functools.partial(self._dispatch, request, may_hold=False)
             asyncio.get_running_loop().call_later(TRY_AGAIN_DELAY, retry)
             return
+        if (
+            isinstance(reply, RedisConnectionError)
+            and request.redirects < MAX_REDIRECTS
+            and not self._closed
+        ):
+            # The slot's master is gone, maybe failed over already: read the slot
+            # map again and re-send if the slot has another master now; else fail
+            # (the failover is not done: an outage for now). Every request is safe
+            # to repeat: compare-and-delete and compare-and-expire are idempotent,
+            # and a repeated acquire finds its own key "held" and is cleaned up.
+            request.redirects += 1
+            request.failed = (address, reply)
+            self._hold(request)
+            return
         if isinstance(reply, RedisConnectionError | TimeoutError | ClusterDownError):
             self._refresh_soon()  # the slot may have a new master (failover)
         request.callback(reply)
+
+    def _hold(self, request: _Request) -> None:
+        """Keep ``request`` until the slot map was read again, then dispatch it."""
+        if not request.deadline:
+            request.deadline = time.monotonic() + self._request_timeout
+        self._held.append((request.deadline, request))
+        self._refresh_soon()
 
     # -- the slot map -----------------------------------------------------------
 
@@ -237,8 +262,12 @@ class ClusterNode:
             wait = self._refreshed_at + MIN_REFRESH_INTERVAL - time.monotonic()
             if wait > 0:
                 await asyncio.sleep(wait)
-            masters = [a for a in dict.fromkeys(self._slots) if a is not None]
-            for address in dict.fromkeys([*masters, *self._startup]):
+            # Ask connected servers first: a dead master only costs a failed connect,
+            # but the map is read sooner from a live one.
+            known = [a for a in dict.fromkeys(self._slots) if a is not None]
+            candidates = list(dict.fromkeys([*known, *self._startup]))
+            candidates.sort(key=self._unconnected)
+            for address in candidates:
                 reply = await self._ask_slots(address)
                 if isinstance(reply, list) and reply:
                     self._apply(reply, address)
@@ -249,11 +278,18 @@ class ClusterNode:
             held, self._held = self._held, []
             now = time.monotonic()
             for deadline, request in held:
+                failed = request.failed
                 if now > deadline:
                     error = TimeoutError(f"{self.name}: the slot map was not read in time")
-                    request.callback(error)
+                    request.callback(failed[1] if failed is not None else error)
+                elif failed is not None and self._slots[request.slot] == failed[0]:
+                    request.callback(failed[1])  # still the unreachable master
                 else:
                     self._dispatch(request, may_hold=False)
+
+    def _unconnected(self, address: Address) -> bool:
+        node = self._servers.get(address)
+        return node is None or not node.connected
 
     async def _ask_slots(self, address: Address) -> Any:
         node = self._server(address)

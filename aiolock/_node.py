@@ -305,6 +305,11 @@ class Node:
         state = "connected" if self._transport is not None else "disconnected"
         return f"<Node {self.name} {state}>"
 
+    @property
+    def connected(self) -> bool:
+        """Whether the connection is up now."""
+        return self._transport is not None
+
     # -- requests ---------------------------------------------------------------
 
     def call(self, args: tuple[bytes, ...], callback: Callback) -> None:

@@ -307,18 +307,42 @@ async def test_an_ask_redirect_during_a_migration_is_followed(
         await finish_migration(cluster, source, target, slot)
 
 
+async def replicated(replica: Server, name_key: str) -> None:
+    """Wait until ``replica`` has the key (replication is asynchronous)."""
+    client = direct(replica)
+    try:
+        await client.execute_command("READONLY")  # read on a cluster replica
+        deadline = time.monotonic() + 10
+        while not await client.exists(name_key):
+            assert time.monotonic() < deadline, "not replicated in 10 s"
+            await asyncio.sleep(0.01)
+    finally:
+        await client.aclose()
+
+
 async def test_a_failover_to_the_replica_is_followed() -> None:
     async with redis_cluster(3, replicas=1) as own:
-        client = own.client()
+        client, checker = own.client(), own.client()
         try:
             async with aiolock.LockManager([client], node_timeout=0.2) as locks:
-                name = names_on_every_master(1)[0]
+                name, other = names_on_every_master(2)[:2]  # one master serves both
                 async with locks.lock(name, ttl=5) as first:
                     token = first.fencing_token
+                kept = locks.lock(other, ttl=30, auto_renew=False)
+                assert await kept.acquire(timeout=0)
                 master = await own.master_of(key(name))
+                assert await own.master_of(key(other)) is master
+                await replicated(own.replicas[own.masters.index(master)], key(other))
                 master.kill()
-                # Until a replica is promoted the slot has no master: acquires fail
-                # as an outage, then succeed on the new master.
+                deadline = time.monotonic() + 30
+                while await own.master_of(key(name)) is master:
+                    assert time.monotonic() < deadline, "no failover in 30 s"
+                    await asyncio.sleep(0.05)
+                # The manager has not heard of the failover: its first request goes
+                # to the dead master, then to the promoted replica once the slot map
+                # is read again.
+                await kept.release()
+                assert await checker.exists(key(other)) == 0
                 deadline = time.monotonic() + 30
                 while True:
                     try:
@@ -328,12 +352,12 @@ async def test_a_failover_to_the_replica_is_followed() -> None:
                             assert promoted is not master
                             assert await exists_on(promoted, name)
                         break
-                    except aiolock.QuorumError:
-                        if time.monotonic() > deadline:
-                            raise
+                    except aiolock.QuorumError:  # the cluster may not be ok everywhere yet
+                        assert time.monotonic() < deadline
                         await asyncio.sleep(0.1)
         finally:
             await client.aclose()
+            await checker.aclose()
 
 
 async def run_cli(*args: str) -> str:
@@ -362,3 +386,34 @@ async def test_cli_inspects_and_releases_a_lock_with_a_cluster_node(
         released = await run_cli("release", name, "--force", "--yes", *nodes)
         assert released.count("deleted") == 3, released
         assert await asyncio.wait_for(waiter, 10)  # woken by the release messages
+
+
+async def test_held_locks_survive_a_failover_or_are_reported_lost() -> None:
+    async with redis_cluster(3, replicas=1) as own:
+        client, checker = own.client(), own.client()
+        try:
+            async with aiolock.LockManager([client], node_timeout=0.2) as locks:
+                held = [locks.lock(n, ttl=2.0) for n in names_on_every_master(2)]
+                for lock in held:
+                    assert await lock.acquire(timeout=5)
+                tokens = {lock.name: await checker.get(key(lock.name)) for lock in held}
+                victim = await own.master_of(key(held[0].name))
+                others = [
+                    lock for lock in held if await own.master_of(key(lock.name)) is not victim
+                ]
+                assert len(others) == 4
+                victim.kill()
+                await asyncio.sleep(5)  # the replica takes over; renewal goes on
+                # Never silently lost: a lock that says it is owned has its key, with
+                # its token, on the slot's master now.
+                owned = [lock for lock in held if lock.owned]
+                assert all(lock.lost for lock in held if not lock.owned)
+                for lock in owned:
+                    assert await checker.get(key(lock.name)) == tokens[lock.name]
+                # The locks of the other masters were never in danger.
+                assert all(lock.owned for lock in others)
+                for lock in owned:
+                    await lock.release()
+        finally:
+            await client.aclose()
+            await checker.aclose()
