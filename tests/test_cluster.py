@@ -417,3 +417,39 @@ async def test_held_locks_survive_a_failover_or_are_reported_lost() -> None:
         finally:
             await client.aclose()
             await checker.aclose()
+
+
+async def test_a_hung_master_costs_only_its_own_names() -> None:
+    # A long cluster-node-timeout: the pause is not taken for a failure.
+    async with redis_cluster(3, node_timeout_ms=15000) as own:
+        client = own.client()
+        try:
+            async with aiolock.LockManager([client], node_timeout=0.1) as locks:
+                names = names_on_every_master(1)
+                for name in names:  # the slot map is known, connections are up
+                    async with locks.lock(name, ttl=5):
+                        pass
+                hung = await own.master_of(key(names[0]))
+                hung.pause()
+                try:
+                    started = time.monotonic()
+                    with pytest.raises(aiolock.QuorumError, match="no reply within"):
+                        await locks.lock(names[0], ttl=5).acquire(timeout=0)
+                    assert time.monotonic() - started < 2  # node_timeout, not a hang
+                    for name in names[1:]:
+                        started = time.monotonic()
+                        async with locks.lock(name, ttl=5):
+                            pass
+                        assert time.monotonic() - started < 2
+                finally:
+                    hung.resume()
+                deadline = time.monotonic() + 15
+                while True:  # the hung master answers again (its connection is reset)
+                    try:
+                        async with locks.lock(names[0], ttl=5):
+                            break
+                    except aiolock.QuorumError:
+                        assert time.monotonic() < deadline
+                        await asyncio.sleep(0.1)
+        finally:
+            await client.aclose()
