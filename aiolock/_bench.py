@@ -292,13 +292,17 @@ class ContentionFigures:
     fairness: float = 1.0
     ratio: float = 0.0
     cross_process_ratio: float = 0.0
+    #: Script calls on all nodes per critical section (10 at best on 5 nodes: one
+    #: acquire and one release each); more is attempts that lost a race.
+    scripts_per_section: float = 0.0
 
     def row(self) -> str:
         """A text row."""
         row = (
             f"{self.name:<24} {self.per_second:>6.0f}/s  handoff p50 {self.handoff_p50_us:>5.0f}"
             f" µs ({self.ratio:.2f} x ping) p99 {self.handoff_p99_us:>5.0f} µs  "
-            f"overlaps {self.overlaps}  counter exact: {self.counter_exact}"
+            f"overlaps {self.overlaps}  counter exact: {self.counter_exact}  "
+            f"scripts/section {self.scripts_per_section:.1f}"
         )
         if self.processes > 1:
             row += (
@@ -357,15 +361,23 @@ async def run_contention(
     """16 tasks in one process, then 4 processes x 4 tasks, on one name over 5 nodes."""
     out = []
     async with _nodes(urls, 5) as nodes:
+        clients = [redis.Redis.from_url(url) for url in nodes]
+
+        async def scripts() -> int:
+            return sum([await _evalsha_calls(client) for client in clients])
+
         with tempfile.TemporaryDirectory(prefix="aiolock-bench-") as tmp:
             counter = os.path.join(tmp, "counter")
             with open(counter, "wb"):  # noqa: ASYNC230
                 pass
+            before = await scripts()
             sections = await _contend(nodes, "bench:contention:1", 16, seconds, counter)
             out.append(_analyse("16 tasks, 1 process", 1, 16, sections, _read(counter)))
+            out[-1].scripts_per_section = (await scripts() - before) / max(1, len(sections))
 
             with open(counter, "wb"):  # noqa: ASYNC230
                 pass
+            before = await scripts()
             args = ["-m", "aiolock._bench", "contend", str(seconds), counter, *nodes]
             procs = [
                 await asyncio.create_subprocess_exec(
@@ -380,6 +392,9 @@ async def run_contention(
                     raise RuntimeError("a contention worker process failed")
                 sections.extend((a, b, c) for a, b, c in json.loads(stdout))
             out.append(_analyse("4 processes x 4 tasks", 4, 4, sections, _read(counter)))
+            out[-1].scripts_per_section = (await scripts() - before) / max(1, len(sections))
+        for client in clients:
+            await client.aclose()
     return out
 
 

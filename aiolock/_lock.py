@@ -11,6 +11,7 @@ import anyio
 
 from ._errors import LockLost, LockNotOwned, LockTimeout, QuorumError
 from ._quorum import Attempt, Votes
+from ._waiting import LOCAL_HANDOFF
 
 if TYPE_CHECKING:
     from ._manager import LockManager
@@ -322,10 +323,10 @@ class Lock:
         quorum = manager._quorum
         # Wake the next local waiter now: its attempt is written after our release
         # on each node's ordered connection, so the handoff costs no extra trip.
-        manager._waiting.released(self._queue_key)
+        local = manager._waiting.released(self._queue_key)
         held = manager._clock() - self._acquired_at
         try:
-            votes = await self._release_votes(token)
+            votes = await self._release_votes(token, local=local)
         finally:
             self._clear()
         if self._report:
@@ -419,8 +420,10 @@ class Lock:
     async def _attempt(self, token: bytes) -> Attempt:
         return await self._manager._quorum.acquire(self._key, token, self._ttl)
 
-    async def _release_votes(self, token: bytes) -> Votes:
-        return await self._manager._quorum.release(self._key, token)
+    async def _release_votes(self, token: bytes, *, local: bool = False) -> Votes:
+        # ``local``: a waiter of this process takes the lock next (see _waiting.py).
+        message = (LOCAL_HANDOFF,) if local else ()
+        return await self._manager._quorum.release(self._key, token, more_args=message)
 
     def _clear(self) -> None:
         self._stop_renewal()
@@ -436,8 +439,8 @@ class Lock:
     async def _drop(self, token: bytes) -> None:
         """Forget the lock and delete it wherever it may remain (shielded)."""
         self._clear()
-        self._manager._waiting.released(self._queue_key)
-        await self._release_votes(token)
+        local = self._manager._waiting.released(self._queue_key)
+        await self._release_votes(token, local=local)
 
     def _quorum_error(self, what: str, votes: Votes) -> QuorumError:
         quorum = self._manager._quorum

@@ -46,6 +46,10 @@ def _check_number(value: object, what: str) -> float:
     return number
 
 
+def _ignore(_reply: object) -> None:
+    return None
+
+
 def make_node(
     spec: NodeSpec, node_timeout: float, scripts: tuple[Script, ...]
 ) -> Node | ClusterNode:
@@ -142,11 +146,19 @@ class LockManager:
         )
         self._renewer = Renewer(self)
         self._waiting = Waiting(
-            specs, clock=self._clock, confirm_timeout=max(2 * node_timeout, 0.1)
+            specs,
+            clock=self._clock,
+            confirm_timeout=max(2 * node_timeout, 0.1),
+            announce=self._announce,
         )
         self._closed = False
         self._connected_once = False
         self._connecting_all: asyncio.Future[None] | None = None
+
+    def _announce(self, channel: bytes) -> None:
+        """Publish a release message on every node (see Waiting.released)."""
+        for node in self._nodes:
+            node.call((b"PUBLISH", channel, b""), _ignore)
 
     def __repr__(self) -> str:
         names = ", ".join(node.name for node in self._nodes)

@@ -515,7 +515,7 @@ class Subscriber:
         self,
         spec: NodeSpec,
         *,
-        on_message: Callable[[bytes], None],
+        on_message: Callable[[bytes, bytes], None],
         on_reset: Callable[[], None],
         connect_timeout: float = 2.0,
     ) -> None:
@@ -609,7 +609,7 @@ class Subscriber:
                 continue
             kind, channel = reply[0], reply[1]
             if kind == b"message":
-                self._on_message(channel)
+                self._on_message(channel, reply[2])
             elif kind == b"subscribe":
                 waiting = self._channels.get(channel)
                 if waiting:

@@ -122,7 +122,8 @@ class _RWHandle(Lock):
             more_args=self._more_args(),
         )
 
-    async def _release_votes(self, token: bytes) -> Votes:
+    async def _release_votes(self, token: bytes, *, local: bool = False) -> Votes:
+        # (Readers and writers always announce a release: ``local`` is not used.)
         rw = self._rw
         return await self._manager._quorum.release(
             self._key,

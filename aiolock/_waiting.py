@@ -12,6 +12,10 @@ tens of milliseconds. Instead:
   connection per node per manager, subscribed only while someone waits) and tries
   again on the first message. It listens on ``n - quorum + 1`` of the nodes, which
   hear every successful release (see ``Waiting._listeners``).
+* **A release that hands the lock to a waiter of its own process says so** (the
+  message ``l``): the waiters of other processes would only lose the race to it, and
+  do not try. If no local waiter takes it after all, the last one to leave
+  announces the lock as free.
 * **A local release wakes the local head at once**, before its own replies are in:
   on the ordered connection of each node the release is written before the head's
   acquire, so it reaches the node first, and the handoff costs no extra round trip.
@@ -58,12 +62,23 @@ EXPIRY_SLACK: Final = 0.002
 #: Most handoffs in a row to a waiter of the same process before waiters of other
 #: processes get an equal chance (see Waiting.released).
 LOCAL_STREAK: Final = 4
+#: The release message of a lock handed to a waiter of the releasing process: the
+#: waiters of other processes would lose the race, and do not try.
+LOCAL_HANDOFF: Final = b"l"
 
 
 class _Queue:
     """The tasks of this process waiting for one name."""
 
-    __slots__ = ("channels", "entries", "listeners", "local_streak", "subscribed", "wake")
+    __slots__ = (
+        "channels",
+        "entries",
+        "listeners",
+        "local_streak",
+        "promised",
+        "subscribed",
+        "wake",
+    )
 
     def __init__(self, channels: tuple[bytes, ...], listeners: Sequence[Subscriber]) -> None:
         self.channels = channels
@@ -77,15 +92,25 @@ class _Queue:
         self.subscribed = False
         # Handoffs in a row to a waiter of this process (see Waiting.released).
         self.local_streak = 0
+        # A release told other processes that a waiter of ours takes the lock, and
+        # none has taken it since.
+        self.promised = False
 
 
 class Waiting:
     """The local wait queues of one manager, and its pub/sub subscribers."""
 
     def __init__(
-        self, specs: Sequence[NodeSpec], *, clock: Callable[[], float], confirm_timeout: float
+        self,
+        specs: Sequence[NodeSpec],
+        *,
+        clock: Callable[[], float],
+        confirm_timeout: float,
+        announce: Callable[[bytes], None],
     ) -> None:
         self._clock = clock
+        # Publishes an (empty) release message on a channel, on every node.
+        self._announce = announce
         self._confirm_timeout = confirm_timeout
         self._queues: dict[bytes, _Queue] = {}
         self._by_channel: dict[bytes, _Queue] = {}
@@ -98,7 +123,7 @@ class Waiting:
         queue = self._queues.get(key)
         return len(queue.entries) if queue is not None else 0
 
-    def released(self, key: bytes) -> None:
+    def released(self, key: bytes) -> bool:
         """A task of this process is releasing ``key``: wake the head of its queue.
 
         Woken now, the local head's acquire follows the release on every node's
@@ -106,19 +131,26 @@ class Waiting:
         this one has waiters. So after ``LOCAL_STREAK`` local handoffs in a row the
         local head is not woken early: it learns of the release from pub/sub, like
         the waiters of every other process, and they race on equal terms.
+
+        Returns whether the lock goes to a local waiter: the release then says so
+        (:data:`LOCAL_HANDOFF`), and the waiters of other processes, who would only
+        lose the race, do not try. Should no local waiter take it after all (they
+        all left first), the last one to leave announces the lock as free.
         """
         queue = self._queues.get(key)
         if queue is None:
-            return
+            return False
         if queue.local_streak < LOCAL_STREAK:
             queue.local_streak += 1
+            queue.promised = True
             queue.wake.set()
-        else:
-            queue.local_streak = 0
+            return True
+        queue.local_streak = 0
+        return False
 
-    def _on_message(self, channel: bytes) -> None:
+    def _on_message(self, channel: bytes, message: bytes) -> None:
         queue = self._by_channel.get(channel)
-        if queue is not None:
+        if queue is not None and message != LOCAL_HANDOFF:
             queue.wake.set()
 
     def _on_reset(self) -> None:
@@ -176,6 +208,7 @@ class Waiting:
                     queue.wake.clear()
                     result = await attempt()
                     if result.expires_at is not None:
+                        queue.promised = False
                         if exclusive:
                             taken = max(0.0, result.expires_at - self._clock())
                         return result
@@ -208,6 +241,10 @@ class Waiting:
         del self._queues[key]
         for channel in queue.channels:
             del self._by_channel[channel]
+            if queue.promised:
+                # We said a waiter of ours takes the lock, and none did: the other
+                # processes' waiters must hear that it is free.
+                self._announce(channel)
         if queue.subscribed:
             for subscriber in queue.listeners:
                 for channel in queue.channels:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import subprocess
@@ -251,3 +252,53 @@ async def test_waiters_listen_on_n_minus_quorum_plus_one_nodes_and_hear_every_re
         await holder.release()
         assert await waiter
         assert time.monotonic() - started < 5  # not the 10 s timeout or 30 s PTTL
+
+
+async def test_a_local_handoff_does_not_wake_other_processes(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager(urls) as here, LockManager(urls) as elsewhere:
+        holder = here.lock(name, ttl=30)
+        assert await holder.acquire(timeout=0)
+        local_lock = here.lock(name, ttl=30)
+        local = asyncio.create_task(local_lock.acquire(timeout=10))
+        remote = asyncio.create_task(elsewhere.lock(name, ttl=30).acquire(timeout=10))
+        await asyncio.sleep(0.3)  # both tried once and sleep on the 30 s PTTL
+        before = await _calls(clients)
+        await holder.release()  # handed to the local waiter: the message says so
+        assert await local
+        await asyncio.sleep(0.3)
+        # One release and one acquire per node: the other process did not try.
+        assert await _calls(clients) - before == 10
+        assert not remote.done()
+        # A release with no local waiter left is open to all: the other one takes
+        # it at once (not after the 30 s PTTL, nor its 10 s timeout).
+        started = time.monotonic()
+        await local_lock.release()
+        assert await remote
+        assert time.monotonic() - started < 5
+
+
+async def test_a_local_handoff_nobody_took_is_announced_as_free(
+    locks: LockManager, name: str
+) -> None:
+    holder = locks.lock(name, ttl=30)
+    assert await holder.acquire(timeout=0)
+    waiter = asyncio.create_task(locks.lock(name, ttl=30).acquire(timeout=10))
+    await asyncio.sleep(0.2)  # queued, tried once, asleep
+    announced: list[bytes] = []
+    locks._waiting._announce = announced.append  # type: ignore[method-assign]
+    channel = key(name).encode() + b":released"
+    # The lock is promised to the local waiter, which leaves before trying.
+    assert locks._waiting.released(key(name).encode())
+    waiter.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await waiter
+    assert announced == [channel]
+    # A promise kept is not announced.
+    announced.clear()
+    second = asyncio.create_task(locks.lock(name, ttl=30).acquire(timeout=10))
+    await asyncio.sleep(0.2)
+    await holder.release()
+    assert await second
+    assert announced == []
