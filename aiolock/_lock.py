@@ -11,7 +11,7 @@ import anyio
 
 from ._errors import LockLost, LockNotOwned, LockTimeout, QuorumError
 from ._quorum import Attempt, Votes
-from ._waiting import LOCAL_HANDOFF
+from ._scripts import NOT_FREE
 
 if TYPE_CHECKING:
     from ._manager import LockManager
@@ -422,7 +422,7 @@ class Lock:
 
     async def _release_votes(self, token: bytes, *, local: bool = False) -> Votes:
         # ``local``: a waiter of this process takes the lock next (see _waiting.py).
-        message = (LOCAL_HANDOFF,) if local else ()
+        message = (NOT_FREE,) if local else ()
         return await self._manager._quorum.release(self._key, token, more_args=message)
 
     def _clear(self) -> None:

@@ -33,6 +33,7 @@ from ._scripts import (
     ACQUIRE,
     EXTEND,
     EXTEND_MANY,
+    NOT_FREE,
     RAISE_FENCE,
     RELEASE,
     RW_READ,
@@ -107,8 +108,9 @@ Classifier = Callable[[Any], bool | None]
 
 
 def _is_taken(reply: Any) -> bool | None:
-    # ACQUIRE replies [1, 0] when taken, [0, pttl] when held by someone else.
-    if type(reply) is list and len(reply) == 2:
+    # ACQUIRE replies [1, fence] when taken, [0, pttl, holder] when held by someone
+    # else (the read-write lock's scripts: [0, pttl]).
+    if type(reply) is list and len(reply) >= 2:
         return bool(reply[0] == 1)
     return None
 
@@ -398,8 +400,20 @@ class Quorum:
                 return Attempt(votes, expires_at, fence)
         maybe_taken = [i for i in range(self.n) if votes.verdicts[i] is not False]
         if maybe_taken:
-            await self.release(key, token, wait_all=True, only=maybe_taken)
+            # The clean-up frees nothing for others when one holder has a quorum
+            # (we lost a race): its message says so, and their waiters do not try.
+            # After a split vote it must wake them: nobody holds the lock.
+            message = (NOT_FREE,) if self._one_holder(votes) else ()
+            await self.release(key, token, wait_all=True, only=maybe_taken, more_args=message)
         return Attempt(votes, None)
+
+    def _one_holder(self, votes: Votes) -> bool:
+        """Whether one holder (by its token's first bytes) said "held" on a quorum."""
+        counts: dict[bytes, int] = {}
+        for reply, verdict in zip(votes.replies, votes.verdicts, strict=True):
+            if verdict is False and len(reply) > 2:
+                counts[reply[2]] = counts.get(reply[2], 0) + 1
+        return any(count >= self.quorum for count in counts.values())
 
     async def _settle_fence(self, votes: Votes, fence_key: bytes, retention: bytes) -> int | None:
         """The fencing token of a won attempt, once a majority of counters reached it.

@@ -10,6 +10,7 @@ __all__ = [
     "ACQUIRE",
     "EXTEND",
     "EXTEND_MANY",
+    "NOT_FREE",
     "RAISE_FENCE",
     "RELEASE",
     "RW_READ",
@@ -41,9 +42,10 @@ end
 # ARGV[4] the acquirer's clock in microseconds: the floor of the fencing token
 # returns {1, fence} when the key was set (the lock taken on this node): fence is
 #         max(counter + 1, ARGV[4]), also stored as the counter (see _fencing.py);
-#         {0, pttl} when held by someone else: the holder's remaining time to live in
-#         ms (-1: no expiry), which bounds how long a waiter sleeps if the release
-#         message is lost;
+#         {0, pttl, holder} when held by someone else: the holder's remaining time to
+#         live in ms (-1: no expiry), which bounds how long a waiter sleeps if the
+#         release message is lost, and the first 8 bytes of the holder's token, which
+#         tell a lost race from a split vote (see Quorum.acquire);
 #         a WRONGTYPE error when the key exists but is not a lock (a name collision).
 ACQUIRE = (
     b"""\
@@ -53,11 +55,12 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     + b"""\
 return {1, fence}
 end
-local kind = redis.call('type', KEYS[1])['ok']
-if kind ~= 'string' then
+local holder = redis.pcall('get', KEYS[1])
+if type(holder) ~= 'string' then
+    local kind = redis.call('type', KEYS[1])['ok']
     return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a ' .. kind .. ', not a lock')
 end
-return {0, redis.call('pttl', KEYS[1])}
+return {0, redis.call('pttl', KEYS[1]), string.sub(holder, 1, 8)}
 """
 )
 
@@ -73,10 +76,14 @@ end
 return 1
 """
 
+#: The message of a release after which the lock is not free for the waiters of other
+#: processes, who then do not try: it goes to a waiter of the releasing process (see
+#: _waiting.py), or it was the clean-up of a lost race, whose winner holds the lock.
+NOT_FREE = b"l"
+
 # KEYS[1] lock key
 # ARGV[1] token
-# ARGV[2] (optional) the message: 'l' when the releasing process hands the lock to a
-#         waiter of its own (see _waiting.py), else none
+# ARGV[2] (optional) the message: NOT_FREE, or none
 # returns 1 when the key held the token and was deleted, else 0.
 # On release, the channel KEYS[1] .. ':released' tells waiting processes to try now.
 RELEASE = b"""\

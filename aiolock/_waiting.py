@@ -37,6 +37,7 @@ from typing import Final, Protocol, TypeVar
 import anyio
 
 from ._node import NodeSpec, Subscriber
+from ._scripts import NOT_FREE
 
 __all__ = ["Outcome", "Waiting"]
 
@@ -62,9 +63,6 @@ EXPIRY_SLACK: Final = 0.002
 #: Most handoffs in a row to a waiter of the same process before waiters of other
 #: processes get an equal chance (see Waiting.released).
 LOCAL_STREAK: Final = 4
-#: The release message of a lock handed to a waiter of the releasing process: the
-#: waiters of other processes would lose the race, and do not try.
-LOCAL_HANDOFF: Final = b"l"
 
 
 class _Queue:
@@ -133,7 +131,7 @@ class Waiting:
         the waiters of every other process, and they race on equal terms.
 
         Returns whether the lock goes to a local waiter: the release then says so
-        (:data:`LOCAL_HANDOFF`), and the waiters of other processes, who would only
+        (:data:`~aiolock._scripts.NOT_FREE`), and the waiters of other processes, who would only
         lose the race, do not try. Should no local waiter take it after all (they
         all left first), the last one to leave announces the lock as free.
         """
@@ -150,7 +148,7 @@ class Waiting:
 
     def _on_message(self, channel: bytes, message: bytes) -> None:
         queue = self._by_channel.get(channel)
-        if queue is not None and message != LOCAL_HANDOFF:
+        if queue is not None and message != NOT_FREE:
             queue.wake.set()
 
     def _on_reset(self) -> None:

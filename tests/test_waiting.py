@@ -302,3 +302,43 @@ async def test_a_local_handoff_nobody_took_is_announced_as_free(
     await holder.release()
     assert await second
     assert announced == []
+
+
+async def _cleanup_message(
+    urls: list[str], clients: list[redis.Redis], name: str, holders: list[bytes | None]
+) -> bytes:
+    """The release message of a failed attempt's clean-up, with ``holders`` per node."""
+    free = holders.index(None)
+    for client, holder in zip(clients, holders, strict=True):
+        if holder is not None:
+            await client.set(key(name), holder, px=30_000)
+    listener = clients[free].pubsub()
+    await listener.subscribe(key(name) + ":released")
+    assert (await listener.get_message(timeout=2))["type"] == "subscribe"  # type: ignore[index]
+    try:
+        async with LockManager(urls) as locks:
+            # Granted on the free node only: a lost attempt, cleaned up there.
+            assert not await locks.lock(name, ttl=30).acquire(timeout=0)
+        message = await listener.get_message(timeout=5)
+        assert message is not None
+        assert message["type"] == "message"
+        data: bytes = message["data"]
+        return data
+    finally:
+        await listener.aclose()
+
+
+async def test_a_race_lost_to_a_quorum_holder_is_cleaned_up_quietly(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    # The lock is someone's on 4 nodes: the clean-up frees nothing for others.
+    holders: list[bytes | None] = [b"A" * 20] * 4 + [None]
+    assert await _cleanup_message(urls, clients, name, holders) == b"l"
+
+
+async def test_a_split_vote_clean_up_wakes_the_waiters(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    # Two holders with two nodes each: nobody has the lock, everyone must retry.
+    holders: list[bytes | None] = [b"A" * 20, b"A" * 20, b"C" * 20, b"C" * 20, None]
+    assert await _cleanup_message(urls, clients, name, holders) == b""
