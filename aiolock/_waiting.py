@@ -15,7 +15,8 @@ tens of milliseconds. Instead:
 * **A release that hands the lock to a waiter of its own process says so** (the
   message ``l``): the waiters of other processes would only lose the race to it, and
   do not try. If no local waiter takes it after all, the last one to leave
-  announces the lock as free.
+  announces the lock as free. The clean-up of a race lost to a holder with a quorum
+  says the same (see ``Quorum.acquire``).
 * **A local release wakes the local head at once**, before its own replies are in:
   on the ordered connection of each node the release is written before the head's
   acquire, so it reaches the node first, and the handoff costs no extra round trip.
