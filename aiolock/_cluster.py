@@ -44,7 +44,15 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ._node import Callback, Node, Script, cluster_addresses, cluster_endpoint, node_name
+from ._node import (
+    Callback,
+    Node,
+    Script,
+    cluster_addresses,
+    cluster_endpoint,
+    ignore,
+    node_name,
+)
 
 __all__ = ["ClusterNode", "is_cluster"]
 
@@ -63,10 +71,6 @@ Address = tuple[str, int]
 def is_cluster(spec: object) -> bool:
     """Whether ``spec`` is a ``redis.asyncio.RedisCluster`` client."""
     return isinstance(spec, RedisCluster)
-
-
-def _ignore(_reply: Any) -> None:
-    return None
 
 
 class _Request:
@@ -204,7 +208,7 @@ class ClusterNode:
                 self._refresh_soon()
                 self._dispatch(request, may_hold=False)
             else:  # ASK: this one request goes to the importing server, after ASKING
-                self._server(target).call((b"ASKING",), _ignore)
+                self._server(target).call((b"ASKING",), ignore)
                 self._send(target, request)
             return
         if isinstance(reply, TryAgainError) and request.redirects < MAX_REDIRECTS:

@@ -20,7 +20,7 @@ from ._cluster import ClusterNode
 from ._events import EventKind, LockEvent, logger
 from ._lock import Lock, check_name, check_timeout, check_ttl
 from ._many import LockMany, check_names
-from ._node import Node, NodeSpec, Script, node_key, node_name
+from ._node import Node, NodeSpec, Script, ignore, node_key, node_name
 from ._quorum import EXTEND_MANY_SCRIPT, SCRIPTS, Quorum
 from ._renewal import Renewer
 from ._rwlock import RWLock
@@ -44,10 +44,6 @@ def _check_number(value: object, what: str) -> float:
     if not math.isfinite(number):
         raise ValueError(f"{what} must be finite, got {number!r}")
     return number
-
-
-def _ignore(_reply: object) -> None:
-    return None
 
 
 def make_node(
@@ -158,7 +154,7 @@ class LockManager:
     def _announce(self, channel: bytes) -> None:
         """Publish a release message on every node (see Waiting.released)."""
         for node in self._nodes:
-            node.call((b"PUBLISH", channel, b""), _ignore)
+            node.call((b"PUBLISH", channel, b""), ignore)
 
     def __repr__(self) -> str:
         names = ", ".join(node.name for node in self._nodes)

@@ -50,6 +50,7 @@ __all__ = [
     "Script",
     "Subscriber",
     "cluster_addresses",
+    "ignore",
     "node_key",
     "node_name",
     "pack",
@@ -385,7 +386,6 @@ class Node:
         self._transport = transport
         self._writer = writer
         self._protocol = protocol
-        ignore: Callback = _ignore
         now = time.monotonic()
         # Load the scripts first: on an ordered connection they are known before the
         # first EVALSHA runs (and NOSCRIPT remains handled if they are flushed later).
@@ -483,8 +483,9 @@ class Node:
                 callback(error)
 
 
-def _ignore(_reply: Any) -> None:
-    return None
+def ignore(_reply: Any) -> None:
+    """A callback for requests whose reply does not matter."""
+    return
 
 
 def _named(name: str, error: Exception) -> Exception:

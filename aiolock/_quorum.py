@@ -28,7 +28,7 @@ from typing import Any, Final, Protocol
 import anyio
 
 from ._fencing import FENCE_SUFFIX, fence_retention
-from ._node import Callback, Script
+from ._node import Callback, Script, ignore
 from ._scripts import (
     ACQUIRE,
     EXTEND,
@@ -445,7 +445,7 @@ class Quorum:
             # A majority holds the token already: bring the others up to date
             # without waiting (the requests are in flight on ordered connections).
             for i in behind:
-                self.nodes[i].call_script(RAISE_FENCE_SCRIPT, args, _ignore)
+                self.nodes[i].call_script(RAISE_FENCE_SCRIPT, args, ignore)
             return fence
         # Too few nodes hold the token: it must be durable on a majority first.
         # Nodes at the token count as confirmed; every other node is asked.
@@ -588,10 +588,6 @@ class BatchVotes:
                 if (ni, lo) not in self._answered:
                     error = TimeoutError(f"{node.name}: no reply within {timeout:g}s")
                     self.record(node, ni, lo, hi, error)
-
-
-def _ignore(_reply: Any) -> None:
-    return None
 
 
 def _ms(seconds: float) -> int:
