@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from ._errors import LockLost, LockNotOwned, LockTimeout, QuorumError
-from ._quorum import Attempt, Votes
+from ._quorum import Attempt, Votes, drift
 from ._scripts import NOT_FREE
 
 if TYPE_CHECKING:
@@ -109,6 +109,17 @@ def close_loss_scope(
     return exc_type is not None and not suppressed and not issubclass(exc_type, Exception)
 
 
+class Extension:
+    """One extension of a lock's validity in flight (an ``extend()`` or a renewal)."""
+
+    __slots__ = ("overlapped", "settled")
+
+    def __init__(self) -> None:
+        #: Another extension of the same lock was in flight at the same time.
+        self.overlapped = False
+        self.settled = False
+
+
 class Lock:
     """A handle on one distributed lock; created by :meth:`LockManager.lock`.
 
@@ -121,6 +132,7 @@ class Lock:
         "_acquiring",
         "_auto_renew",
         "_expires_at",
+        "_extensions",
         "_fencing_token",
         "_key",
         "_manager",
@@ -154,6 +166,7 @@ class Lock:
         self._auto_renew = auto_renew
         self._token: bytes | None = None
         self._expires_at = 0.0
+        self._extensions: list[Extension] = []
         self._fencing_token: int | None = None
         self._acquiring = False
         self._acquired_at = 0.0
@@ -359,10 +372,14 @@ class Lock:
             await self._drop(token)
             raise LockNotOwned(f"lock {self._name!r} had expired; it is not re-created")
         quorum = manager._quorum
-        votes, expires_at = await quorum.extend(self._key, token, new_ttl)
-        if expires_at is not None:
-            if self._token is token:
-                self._expires_at = expires_at
+        extension = self._begin_extension()
+
+        def settle(votes: Votes, start: float) -> None:
+            # Runs even if we are cancelled meanwhile: the nodes applied it anyway.
+            self._end_extension(extension, token, start, new_ttl, won=votes.won)
+
+        votes, _expires_at = await quorum.extend(self._key, token, new_ttl, then=settle)
+        if votes.won and self._token is token and self.remaining() > 0.0:
             return
         if votes.no > quorum.n - quorum.quorum:
             await self._drop(token)
@@ -371,6 +388,44 @@ class Lock:
                 "(taken over or deleted)"
             )
         raise self._quorum_error("extend", votes)
+
+    def _begin_extension(self) -> Extension:
+        """Note an extension going out (see :meth:`_end_extension`)."""
+        extension = Extension()
+        if self._extensions:
+            extension.overlapped = True
+            for other in self._extensions:
+                other.overlapped = True
+        self._extensions.append(extension)
+        return extension
+
+    def _end_extension(
+        self, extension: Extension, token: bytes, start: float, ttl: float, *, won: bool = False
+    ) -> None:
+        """Make the local validity follow an extension by ``ttl`` sent at ``start``.
+
+        Each node that applied it holds the key until at least ``start + ttl``; the
+        others keep the expiry they had. So the validity becomes ``start + ttl``
+        (less drift) only when a quorum confirmed it and no other extension of this
+        lock was in flight meanwhile (then the nodes may have applied them in either
+        order); otherwise it becomes the earlier of the two. That also holds when
+        the caller of ``extend()`` was cancelled, when the ttl is shorter than the
+        one before, and when the outcome is unknown. The renewal schedule follows.
+        """
+        if extension.settled:
+            return
+        extension.settled = True
+        self._extensions.remove(extension)
+        if self._token is not token:
+            return  # released (or dropped) meanwhile
+        expires_at = start + ttl - drift(ttl, self._manager._quorum.drift_factor)
+        if (not won or extension.overlapped) and expires_at >= self._expires_at:
+            return  # unconfirmed or raced: keep the earlier
+        self._expires_at = expires_at
+        renewal = self._renewal
+        if renewal is not None and renewal.active:
+            renewal.validity_changed(ttl)
+            self._manager._renewer.rescheduled(renewal)
 
     # -- async with -------------------------------------------------------------------
 

@@ -329,6 +329,7 @@ class Quorum:
         shielded: bool = False,
         only: Sequence[int] | None = None,
         others: Any = None,
+        then: Callable[[Votes], None] | None = None,
     ) -> Votes:
         votes, waiter, timer = self._start(send, classify, early=early, only=only, others=others)
         try:
@@ -340,6 +341,10 @@ class Quorum:
             timer.cancel()
             if not votes._waiter.done():
                 votes._waiter.cancel()
+            if then is not None:
+                # Also when the caller was cancelled meanwhile (shielded: the votes
+                # are decided by now): the caller's state must follow the nodes'.
+                then(votes)
         return votes
 
     # -- operations ---------------------------------------------------------------
@@ -476,11 +481,20 @@ class Quorum:
 
         return await self._run(send, _is_one, early=not wait_all, shielded=True, only=only)
 
-    async def extend(self, key: bytes, token: bytes, ttl: float) -> tuple[Votes, float | None]:
+    async def extend(
+        self,
+        key: bytes,
+        token: bytes,
+        ttl: float,
+        *,
+        then: Callable[[Votes, float], None] | None = None,
+    ) -> tuple[Votes, float | None]:
         """Compare-and-PEXPIRE on every node; never cancelled midway.
 
         Returns the votes and the new expiry time (``None`` when not extended on a
-        quorum in time).
+        quorum in time). ``then(votes, start)`` is called once the votes are decided,
+        also when the caller is cancelled meanwhile (before the cancellation is
+        re-raised): ``start`` is the monotonic time just before the requests went out.
         """
         args = (b"1", key, token, b"%d" % _ms(ttl))
 
@@ -488,7 +502,8 @@ class Quorum:
             node.call_script(EXTEND_SCRIPT, args, callback)
 
         start = self.clock()
-        votes = await self._run(send, _is_one, shielded=True)
+        settle = None if then is None else functools.partial(_then_with, then, start)
+        votes = await self._run(send, _is_one, shielded=True, then=settle)
         if votes.won:
             expires_at = start + ttl - drift(ttl, self.drift_factor)
             if expires_at > self.clock():
@@ -588,6 +603,10 @@ class BatchVotes:
                 if (ni, lo) not in self._answered:
                     error = TimeoutError(f"{node.name}: no reply within {timeout:g}s")
                     self.record(node, ni, lo, hi, error)
+
+
+def _then_with(then: Callable[[Votes, float], None], start: float, votes: Votes) -> None:
+    then(votes, start)
 
 
 def _ms(seconds: float) -> int:

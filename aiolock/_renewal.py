@@ -15,6 +15,13 @@ A lock is lost when
   lock is still its own, or
 * the optional ``max_hold`` has passed.
 
+Loss is decided by the clock, never by a request in flight: each renewal keeps a
+timer at its deadline (``give_up_at``, or ``max_hold``), moved whenever the lock's
+validity changes, and the timer fires even while a renewal batch still waits for
+hung nodes. (Before, the deadline was looked at only between batches, and a batch
+may wait ``ttl / 6``: holders of locks with ttl above a second were told after
+their lock had expired.)
+
 Loss sets :attr:`Renewal.lost`, makes the lock not ``owned``, wakes
 :meth:`Renewal.wait_lost` and runs the ``on_lost`` callbacks (``async with`` uses
 one to cancel its body).
@@ -48,6 +55,7 @@ class Renewal:
         "_callbacks",
         "_event",
         "_renewer",
+        "_timer",
         "active",
         "due",
         "give_up_at",
@@ -67,17 +75,54 @@ class Renewal:
         self.last_error: BaseException | None = None
         self._callbacks: list[Callable[[], object]] = []
         self._event: asyncio.Event | None = None
-        self.due = now + lock.ttl / 3
-        self.give_up_at = lock._expires_at - renewer.guard(lock.ttl)
+        self._timer: asyncio.TimerHandle | None = None
         max_hold = lock.max_hold
         self.hold_until = math.inf if max_hold is None else now + max_hold
+        self.due = now + lock.ttl / 3
+        self.give_up_at = math.inf
+        self.validity_changed(lock.ttl)
 
-    def next_event(self) -> float:
-        """When the renewer must look at this lock next."""
-        return min(self.due, self.give_up_at, self.hold_until)
+    def validity_changed(self, ttl: float) -> None:
+        """The lock's validity was set by an extension of ``ttl``: move the schedule.
+
+        The deadline is ``guard`` before the new validity ends; the next renewal is
+        due a third of ``ttl`` after it began (so that an ``extend()`` to a shorter
+        ttl is renewed in time), and never later than the deadline.
+        """
+        expires_at = self.lock._expires_at
+        renewer = self._renewer
+        self.give_up_at = expires_at - renewer.guard(ttl)
+        # expires_at = start + ttl - drift: due at start + ttl / 3.
+        began = expires_at - ttl + drift(ttl, renewer._manager.drift_factor)
+        self.due = min(began + ttl / 3, self.give_up_at)
+        self._arm()
+
+    def _arm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if not self.active:
+            return
+        deadline = min(self.give_up_at, self.hold_until)
+        delay = deadline - self._renewer._manager._clock()
+        self._timer = asyncio.get_running_loop().call_later(max(0.0, delay), self._deadline)
+
+    def _deadline(self) -> None:
+        self._timer = None
+        now = self._renewer._manager._clock()
+        if now >= self.hold_until:
+            self.declare_lost("max_hold reached", None)
+        elif now >= self.give_up_at:
+            self.declare_lost(
+                "no quorum confirmed the renewal before validity ran out", self.last_error
+            )
+        else:  # the loop's timer and our clock disagree by a hair: wait the rest
+            self._arm()
 
     def stop(self) -> None:
         """Stop renewing (the lock was released or dropped); idempotent."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
         if self.active:
             self.active = False
             self._renewer.discard(self)
@@ -143,49 +188,46 @@ class Renewer:
         """Start renewing ``lock`` (just acquired)."""
         token = lock._token
         assert token is not None  # noqa: S101
+        if self._closed:
+            raise RuntimeError("the lock manager is closed")
         renewal = Renewal(self, lock, token, self._manager._clock())
         self._renewals[renewal] = None
         if self._task is None:
-            if self._closed:
-                raise RuntimeError("the lock manager is closed")
             self._task = asyncio.get_running_loop().create_task(self._run())
-        elif renewal.next_event() < self._sleep_until:
-            self._wake.set()
+        else:
+            self.rescheduled(renewal)
         return renewal
+
+    def rescheduled(self, renewal: Renewal) -> None:
+        """``renewal`` may now be due before the task's next wake-up: wake it."""
+        if renewal.due < self._sleep_until:
+            self._wake.set()
 
     def discard(self, renewal: Renewal) -> None:
         """Forget ``renewal``; the task sleeps on until its next event anyway."""
         self._renewals.pop(renewal, None)
 
     async def aclose(self) -> None:
-        """Stop the background task."""
+        """Stop the background task and every renewal's deadline timer."""
         self._closed = True
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        for renewal in list(self._renewals):
+            renewal.stop()
 
     async def _run(self) -> None:
         clock = self._manager._clock
         while True:
             now = clock()
-            due: list[Renewal] = []
-            for renewal in list(self._renewals):
-                if now >= renewal.hold_until:
-                    renewal.declare_lost("max_hold reached", None)
-                elif now >= renewal.give_up_at:
-                    renewal.declare_lost(
-                        "no quorum confirmed the renewal before validity ran out",
-                        renewal.last_error,
-                    )
-                elif now >= renewal.due - renewal.lock.ttl / 6:
-                    # Due soon: renew it with this batch rather than wake up again.
-                    due.append(renewal)
+            # Due soon: renew with this batch rather than wake up again. Then sleep
+            # until the next lock is *due*, not merely in the window: locks that came
+            # into the window during this batch join the next one rather than each
+            # starting a batch of its own.
+            due = [r for r in self._renewals if now >= r.due - r.lock.ttl / 6]
             if due:
-                # Then sleep until the next lock is *due*, not merely in the window:
-                # locks that came into the window during this batch join the next
-                # one rather than each starting a batch of its own.
                 try:
                     await self._renew(due)
                 except Exception:  # never let one bad tick end renewal for every lock
@@ -193,7 +235,7 @@ class Renewer:
                     for renewal in due:
                         renewal.due = min(renewal.due, clock() + 0.05)
                     await anyio.sleep(0.05)
-            self._sleep_until = min((r.next_event() for r in self._renewals), default=math.inf)
+            self._sleep_until = min((r.due for r in self._renewals), default=math.inf)
             self._wake.clear()
             delay = self._sleep_until - clock()
             if delay > 0:
@@ -203,27 +245,33 @@ class Renewer:
     async def _renew(self, due: list[Renewal]) -> None:
         manager = self._manager
         quorum = manager._renewal_quorum
+        clock = manager._clock
         # Renewal is not latency-bound: a batch may take a node longer than one
-        # small request, up to a sixth of the shortest ttl (validity is still ample).
-        timeout = max(quorum.node_timeout, min(r.lock.ttl for r in due) / 6)
-        batch = await quorum.extend_many(
-            [(r.lock._key, r.token, r.lock.ttl) for r in due], budget=timeout
-        )
-        now = manager._clock()
-        drift_factor = quorum.drift_factor
+        # small request, up to a sixth of the shortest ttl, but not past the first
+        # deadline in it (each deadline's timer fires regardless: this only frees
+        # the renewer for the next batch in time).
+        first_deadline = min(r.give_up_at for r in due) - clock()
+        budget = max(quorum.node_timeout, min(min(r.lock.ttl for r in due) / 6, first_deadline))
+        extensions = [r.lock._begin_extension() for r in due]
+        start = clock()
+        try:
+            batch = await quorum.extend_many(
+                [(r.lock._key, r.token, r.lock.ttl) for r in due], budget=budget
+            )
+        except BaseException:
+            for renewal, extension in zip(due, extensions, strict=True):
+                renewal.lock._end_extension(extension, renewal.token, start, renewal.lock.ttl)
+            raise
+        now = clock()
         for j, renewal in enumerate(due):
-            if not renewal.active:
-                continue  # released meanwhile
             lock = renewal.lock
-            ttl = lock.ttl
-            if batch.yes[j] >= quorum.quorum:
-                expires_at = batch.start + ttl - drift(ttl, drift_factor)
-                if expires_at > now and lock._token is renewal.token:
-                    lock._expires_at = expires_at
-                    renewal.due = batch.start + ttl / 3
-                    renewal.give_up_at = expires_at - self.guard(ttl)
-                    renewal.last_error = None
-                    continue
+            won = batch.yes[j] >= quorum.quorum
+            lock._end_extension(extensions[j], renewal.token, start, lock.ttl, won=won)
+            if not renewal.active:
+                continue  # released, dropped or lost meanwhile
+            if won and lock.remaining() > 0.0:
+                renewal.last_error = None
+                continue
             if batch.no[j] > quorum.n - quorum.quorum:
                 renewal.declare_lost(
                     "the key is gone or held by another token on a majority of nodes",
@@ -236,5 +284,5 @@ class Renewer:
             )
             # Retry, and leave time for one more try before giving up.
             renewal.due = now + min(
-                self.retry_interval(ttl), max(0.0, (renewal.give_up_at - now) / 2)
+                self.retry_interval(lock.ttl), max(0.0, (renewal.give_up_at - now) / 2)
             )

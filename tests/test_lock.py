@@ -211,6 +211,41 @@ async def test_extend_resets_validity_and_node_ttl(
     await lock.release()
 
 
+async def test_extend_to_a_shorter_ttl_keeps_an_auto_renewed_lock_exclusive(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    other = locks.lock(name, ttl=5)
+    async with locks.lock(name, ttl=9) as lock:
+        await lock.extend(1.0)
+        assert lock.remaining() <= 1.0
+        # Past the shortened validity: the renewal must have come sooner than ttl/3
+        # of the lock's own ttl (3 s), or the keys expire and another takes the lock.
+        for _ in range(6):
+            await asyncio.sleep(0.3)
+            assert lock.owned
+            assert not await other.acquire(timeout=0)
+        assert all([await c.pttl(key(name)) > 5000 for c in clients])
+
+
+async def test_cancelled_extend_leaves_validity_as_the_nodes_hold_it(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    lock = locks.lock(name, ttl=10, auto_renew=False)
+    assert await lock.acquire()
+    for new_ttl in (1.0, 20.0):
+        task = asyncio.create_task(lock.extend(new_ttl))
+        await asyncio.sleep(0)  # its requests are out
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        pttls = sorted([await c.pttl(key(name)) for c in clients])
+        # A majority (3 of 5) holds the key at least as long as the validity we believe.
+        assert 0.0 < lock.remaining() <= pttls[2] / 1000 + 0.002, (new_ttl, pttls)
+        # And the extension completed (README: extend() completes even if cancelled).
+        assert lock.remaining() > new_ttl * 0.75
+    await lock.release()
+
+
 async def test_extend_after_expiry_raises_and_does_not_recreate_key(
     locks: LockManager, clients: list[redis.Redis], name: str
 ) -> None:

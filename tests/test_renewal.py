@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import time
+from typing import Any
 
 import pytest
 import redis.asyncio as redis
@@ -96,6 +98,8 @@ async def test_majority_hung_cancels_holder_before_validity_runs_out(
         assert time.monotonic() - started < 3.0
         assert len(left_at_cancel) == 1
         assert left_at_cancel[0] > 0.0, "the holder was cancelled only after expiry"
+        # Told at least half the promised guard before expiry, not merely before it.
+        assert left_at_cancel[0] >= _guard(1.0) / 2, left_at_cancel
         assert isinstance(info.value.__cause__, QuorumError)
 
 
@@ -117,6 +121,22 @@ async def test_wait_lost_returns_before_validity_ends(servers: Servers, name: st
                 server.resume()
         with pytest.raises(LockNotOwned):
             await lock.release()
+
+
+async def test_renewal_subtracts_the_drift_allowance_from_validity(
+    urls: list[str], name: str
+) -> None:
+    drift_factor, ttl = 0.3, 1.5
+    ceiling = ttl - (ttl * drift_factor + 0.002)  # README: validity after each extension
+    most = 0.0
+    locks = LockManager(urls, drift_factor=drift_factor)
+    async with locks, locks.lock(name, ttl=ttl) as lock:
+        started = time.monotonic()
+        while time.monotonic() - started < 2.0:  # several renewals (every ttl/3)
+            most = max(most, lock.remaining())
+            await asyncio.sleep(0.005)
+        assert lock.owned
+    assert 0.5 * ceiling < most <= ceiling + 0.001, (most, ceiling)
 
 
 async def test_release_stops_renewal(
@@ -234,3 +254,88 @@ async def test_a_failing_renewal_tick_does_not_end_renewal(
         await asyncio.sleep(2.0)
         assert lock.owned
     assert calls >= 3
+
+
+# -- the holder is told before its validity ends, whatever the nodes do (issue 21) -------
+
+HANDLE_KINDS = ("lock", "lock_many", "semaphore", "read", "write")
+
+
+def _guard(ttl: float, node_timeout: float = 0.05) -> float:
+    # README: the holder is told this long before its lock expires.
+    return min(ttl / 5, max(3 * node_timeout, 0.05))
+
+
+def _handle(locks: LockManager, kind: str, name: str, ttl: float) -> Any:
+    if kind == "lock":
+        return locks.lock(name, ttl=ttl)
+    if kind == "lock_many":
+        return locks.lock_many([f"{name}:a", f"{name}:b"], ttl=ttl)
+    if kind == "semaphore":
+        return locks.semaphore(name, 2, ttl=ttl)
+    rw = locks.rwlock(name, ttl=ttl)
+    return rw.read() if kind == "read" else rw.write()
+
+
+async def _margin_when_told(handle: Any, entered: asyncio.Event) -> float:
+    """Seconds between the moment the body is cancelled and its validity estimate's end.
+
+    A sampler in the body keeps ``now + remaining()``, as a careful user would; the
+    margin is that estimate minus the moment the cancellation reached the body.
+    """
+    valid_until = 0.0
+    told = math.inf
+    with pytest.raises(LockLost):
+        async with handle:
+            entered.set()
+            try:
+                while True:
+                    left = handle.remaining()
+                    if left > 0.0:
+                        valid_until = time.monotonic() + left
+                    await asyncio.sleep(0.005)
+            except asyncio.CancelledError:
+                told = time.monotonic()
+                raise
+    return valid_until - told
+
+
+async def _margins_under(
+    servers: Servers, fault: str, ttls: tuple[float, ...], prefix: str
+) -> dict[tuple[str, float], float]:
+    """Hold one handle of each kind and ttl, then hang or kill 3 of the 5 servers."""
+    async with LockManager(servers, node_timeout=0.05) as locks:
+        jobs = {}
+        events = []
+        for kind in HANDLE_KINDS:
+            for ttl in ttls:
+                entered = asyncio.Event()
+                events.append(entered)
+                handle = _handle(locks, kind, f"{prefix}-{kind}-{ttl}", ttl)
+                jobs[kind, ttl] = asyncio.create_task(_margin_when_told(handle, entered))
+        for entered in events:
+            await asyncio.wait_for(entered.wait(), 10)
+        faulty = [s for s in servers.servers[:3] if isinstance(s, Server)]
+        try:
+            for server in faulty:
+                server.pause() if fault == "hang" else server.kill()
+            done = await asyncio.wait_for(asyncio.gather(*jobs.values()), max(ttls) + 20)
+        finally:
+            for server in faulty:
+                server.resume()
+        return dict(zip(jobs, done, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("fault", "ttls"), [("hang", (0.5, 3.0, 10.0, 30.0)), ("refuse", (0.5, 3.0, 10.0))]
+)
+async def test_every_holder_is_told_a_guard_before_its_validity_ends(
+    servers: Servers, name: str, fault: str, ttls: tuple[float, ...]
+) -> None:
+    margins = await _margins_under(servers, fault, ttls, name)
+    late = {
+        f"{kind} ttl={ttl:g}": round(margin, 3)
+        for (kind, ttl), margin in margins.items()
+        if margin < _guard(ttl) / 2
+    }
+    assert not late, f"told less than guard/2 before validity ended: {late}"
