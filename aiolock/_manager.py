@@ -91,7 +91,8 @@ class LockManager:
             if key in seen:
                 raise ValueError(
                     f"duplicate node: {node_name(spec)} is the same server as "
-                    f"{node_name(seen[key])} (it would fake a quorum)"
+                    f"{node_name(seen[key])} (one server would count as several votes "
+                    "and fake a quorum; another database number is not another server)"
                 )
             seen[key] = spec
         if len(specs) % 2 == 0:
@@ -122,6 +123,9 @@ class LockManager:
         self._node_timeout = node_timeout
         self._clock: Callable[[], float] = time.monotonic
         self._nodes = [make_node(spec, node_timeout, SCRIPTS) for spec in specs]
+        for node in self._nodes:
+            if isinstance(node, Node):
+                node.on_identity = self._on_identity
         self._quorum = Quorum(
             self._nodes,
             node_timeout=node_timeout,
@@ -304,7 +308,11 @@ class LockManager:
 
     async def __aenter__(self) -> LockManager:
         self._check_open()
-        await self._connect_once()
+        try:
+            await self._connect_once()
+        except BaseException:
+            await self.aclose()
+            raise
         return self
 
     async def _connect_once(self) -> None:
@@ -326,8 +334,41 @@ class LockManager:
             finally:
                 self._connected_once = True
                 self._connecting_all.set_result(None)
+            self._check_same_servers()
         else:
             await asyncio.shield(self._connecting_all)
+
+    def _same_server(self, node: Node) -> Node | None:
+        """Another node that reached the same server as ``node`` (same ``run_id``)."""
+        if node.run_id is None:
+            return None
+        for other in self._nodes:
+            if other is not node and isinstance(other, Node) and other.run_id == node.run_id:
+                return other
+        return None
+
+    def _check_same_servers(self) -> None:
+        """At first contact: refuse nodes that are one server behind two addresses."""
+        for node in self._nodes:
+            if isinstance(node, Node):
+                other = self._same_server(node)
+                if other is not None:
+                    raise ValueError(
+                        f"{node.name} and {other.name} are the same server (run_id "
+                        f"{other.run_id!r}): it would count as two votes and fake a "
+                        "quorum; give each server once"
+                    )
+
+    def _on_identity(self, node: Node) -> None:
+        """A node (re)connected: it must not be the server of another node."""
+        other = self._same_server(node)
+        if other is not None and other.connected:
+            error = ValueError(
+                f"{node.name} is the same server as {other.name} (run_id "
+                f"{node.run_id!r}): it does not count as a vote"
+            )
+            logger.error("aiolock: %s", error)
+            node.refuse(error)
 
     async def __aexit__(
         self,

@@ -43,6 +43,8 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
+from ._events import logger
+
 __all__ = [
     "Callback",
     "Node",
@@ -54,6 +56,7 @@ __all__ = [
     "node_key",
     "node_name",
     "pack",
+    "parse_info",
     "subscriber_endpoints",
 ]
 
@@ -131,12 +134,14 @@ def node_key(spec: NodeSpec) -> tuple[object, ...]:
         if service is not None:  # Sentinel-managed: the node is the service, not an address
             return ("sentinel", service, id(spec.connection_pool))
     _cls, kwargs = _connection_kwargs(spec)
+    # The database number is left out: two databases of one server are one server,
+    # and would hold a majority between them.
     if "path" in kwargs:
-        return ("unix", kwargs["path"], kwargs.get("db", 0))
+        return ("unix", kwargs["path"])
     host = str(kwargs.get("host", "localhost")).lower()
     if host == "localhost":
         host = "127.0.0.1"
-    return ("tcp", host, int(kwargs.get("port", 6379)), int(kwargs.get("db", 0) or 0))
+    return ("tcp", host, int(kwargs.get("port", 6379)))
 
 
 def node_name(spec: NodeSpec) -> str:
@@ -301,10 +306,30 @@ class Node:
         self._backoff = BACKOFF_FIRST
         self._last_error: Exception = RedisConnectionError(f"{self.name}: not connected yet")
         self._closed = False
+        #: The server's ``run_id`` as of the current connection (``None``: not known
+        #: yet, or ``INFO`` is not allowed), and when it started, on our monotonic
+        #: clock (from its ``uptime_in_seconds``).
+        self.run_id: bytes | None = None
+        self.started_at: float | None = None
+        #: Called with the node when a new connection told who the server is.
+        self.on_identity: Callable[[Node], None] | None = None
+        self._identified: asyncio.Future[None] | None = None
+        self._info_denied_logged = False
+        #: When set, every reply is replaced by this error (the node must not vote:
+        #: see :meth:`refuse`).
+        self._refused: Exception | None = None
 
     def __repr__(self) -> str:
         state = "connected" if self._transport is not None else "disconnected"
         return f"<Node {self.name} {state}>"
+
+    def refuse(self, error: Exception | None) -> None:
+        """Fail every request with ``error`` until called with ``None`` or reconnected.
+
+        For a node found to be the same server as another node: it must not count
+        as a second vote.
+        """
+        self._refused = error
 
     @property
     def connected(self) -> bool:
@@ -324,6 +349,9 @@ class Node:
     def _send(
         self, packed: bytes, callback: Callback, script: Script | None, args: tuple[bytes, ...]
     ) -> None:
+        if self._refused is not None:
+            callback(self._refused)
+            return
         transport = self._transport
         now = time.monotonic()
         if transport is not None:
@@ -363,6 +391,9 @@ class Node:
         if self._connecting is None:
             self._connecting = asyncio.get_running_loop().create_task(self._connect())
         await asyncio.shield(self._connecting)
+        identified = self._identified
+        if identified is not None and not identified.done():
+            await asyncio.shield(identified)
 
     async def _connect(self) -> None:
         try:
@@ -387,7 +418,15 @@ class Node:
         self._writer = writer
         self._protocol = protocol
         now = time.monotonic()
-        # Load the scripts first: on an ordered connection they are known before the
+        # Who the server is, first: on an ordered connection its reply comes before
+        # any other, so every reply is counted knowing it (same-server check, restart
+        # quarantine). One command per connection, never per request.
+        self.run_id = self.started_at = None
+        self._refused = None
+        self._identified = asyncio.get_running_loop().create_future()
+        transport.write(pack(_INFO_SERVER))
+        self._pending.append((self._on_info, None, _INFO_SERVER, now))
+        # Load the scripts next: on an ordered connection they are known before the
         # first EVALSHA runs (and NOSCRIPT remains handled if they are flushed later).
         for loaded in self._scripts:
             load = (b"SCRIPT", b"LOAD", loaded.source)
@@ -402,6 +441,27 @@ class Node:
             else:
                 transport.write(packed)
                 self._pending.append((callback, script, args, now))
+
+    def _on_info(self, reply: Any) -> None:
+        if isinstance(reply, bytes | str):
+            fields = parse_info(reply)
+            self.run_id = fields.get("run_id", "").encode() or None
+            uptime = fields.get("uptime_in_seconds", "")
+            if uptime.isdigit():
+                self.started_at = time.monotonic() - int(uptime)
+        elif not self._info_denied_logged and not isinstance(reply, RedisConnectionError):
+            self._info_denied_logged = True
+            logger.warning(
+                "aiolock: %s: cannot read INFO server (%s): this node cannot be checked "
+                "for restarts or for being the same server as another node; allow +info",
+                self.name,
+                reply,
+            )
+        identified = self._identified
+        if identified is not None and not identified.done():
+            identified.set_result(None)
+        if self.on_identity is not None:
+            self.on_identity(self)
 
     def _on_data(self, protocol: _ReplyProtocol, data: bytes) -> None:
         if protocol is not self._protocol:
@@ -437,6 +497,8 @@ class Node:
                 # OOM, NOPERM, ...), after the node's name.
                 error.args = (f"{self.name}: {reply}",)
                 reply = error
+            if self._refused is not None and callback != self._on_info:
+                reply = self._refused
             callback(reply)
 
     def _on_lost(self, protocol: _ReplyProtocol, exc: Exception | None) -> None:
@@ -481,6 +543,20 @@ class Node:
             pending, self._pending = self._pending, deque()
             for callback, _script, _args, _sent in pending:
                 callback(error)
+
+
+_INFO_SERVER: Final = (b"INFO", b"server")
+
+
+def parse_info(reply: bytes | str) -> dict[str, str]:
+    """The ``field:value`` lines of an ``INFO`` reply."""
+    text = reply.decode("utf-8", "replace") if isinstance(reply, bytes) else reply
+    fields = {}
+    for line in text.splitlines():
+        field, sep, value = line.partition(":")
+        if sep and not field.startswith("#"):
+            fields[field.strip()] = value.strip()
+    return fields
 
 
 def ignore(_reply: Any) -> None:

@@ -308,3 +308,45 @@ async def test_rediss_tls_nodes(servers: Servers, tmp_path: Path, name: str) -> 
         async with LockManager([p.url for p in tls]) as untrusting:
             with pytest.raises(QuorumError, match=r"certificate|SSL"):
                 await untrusting.lock(name).acquire(timeout=0)
+
+
+# -- one server never counts as several nodes (issue 21) -----------------------------------
+
+
+async def test_one_server_behind_two_addresses_is_refused_at_first_contact(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    async with proxies(servers[:1]) as (proxy,):
+        # The proxy is another address of server 0; database 1 is another keyspace,
+        # so without the check this server would grant two of the three votes.
+        nodes = [servers[0], servers[1], f"{proxy.url}/1"]
+        with pytest.raises(ValueError, match="same server"):
+            async with LockManager(nodes) as locks:
+                await locks.lock(name).acquire(timeout=0)
+        locks = LockManager(nodes)
+        with pytest.raises(ValueError, match="same server"):
+            await locks.lock(name).acquire(timeout=0)
+        await locks.aclose()
+    assert [await c.exists(f"aiolock:{{{name}}}") for c in clients] == [0] * 5
+
+
+async def test_a_node_that_turns_out_to_be_another_nodes_server_does_not_vote(
+    servers: Servers, name: str
+) -> None:
+    async with proxies(servers[:1]) as (proxy,):
+        proxy.target_port = 1  # nothing there: unknown at first contact
+        nodes = [servers[0], f"{proxy.url}/1", servers[1]]
+        async with LockManager(nodes) as locks:
+            proxy.target_port = servers.servers[0].port  # now it reaches server 0
+            server1 = servers.servers[1]
+            assert isinstance(server1, Server)
+            server1.kill()  # server 0 alone must never make a quorum of 2
+            refused = False
+            deadline = time.monotonic() + 3.0
+            while time.monotonic() < deadline and not refused:
+                try:
+                    assert not await locks.lock(name).acquire(timeout=0)
+                except QuorumError as exc:
+                    refused = "same server" in str(exc)
+                await asyncio.sleep(0.1)
+            assert refused, "the proxy node was never recognised as server 0"

@@ -41,8 +41,12 @@ def test_duplicate_client_nodes_are_rejected() -> None:
         LockManager([a, b])
 
 
-def test_different_databases_are_different_nodes() -> None:
-    LockManager(["redis://127.0.0.1:1/0", "redis://127.0.0.1:1/1", "redis://127.0.0.1:1/2"])
+def test_databases_of_one_server_are_one_node() -> None:
+    # One server would hold a majority of three "nodes" (issue 21).
+    with pytest.raises(ValueError, match="same server"):
+        LockManager(["redis://127.0.0.1:1/0", "redis://127.0.0.1:1/1", "redis://127.0.0.1:1/2"])
+    with pytest.raises(ValueError, match="same server"):
+        LockManager(["unix:///tmp/r.sock?db=0", "unix:///tmp/r.sock?db=1", NOWHERE])
 
 
 @pytest.mark.parametrize("n", [2, 4, 6])
