@@ -8,6 +8,7 @@ import random
 import secrets
 import sqlite3
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -296,6 +297,19 @@ async def test_lagging_node_is_brought_up_to_date(
         assert second > first
         await asyncio.sleep(0.1)  # the raise of the lagging nodes is in flight
         assert all([int(await c.get(fence_key) or 0) >= second for c in clients])
+
+
+async def test_stored_counter_above_the_clock_is_respected(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    # A counter ahead of our clock (another acquirer's clock ran fast, or the floor
+    # was raised): the next token must still exceed it, not fall back to our clock.
+    planted = int(time.time() * 1_000_000) + 10**12
+    for client in clients:
+        await client.set(f"aiolock:{{{name}}}:fence", planted)
+    async with locks.lock(name, ttl=5) as lock:
+        assert lock.fencing_token is not None
+        assert lock.fencing_token > planted
 
 
 async def test_fence_counters_expire_after_retention(

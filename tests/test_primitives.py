@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import math
 import sys
 import time
 
@@ -68,12 +69,19 @@ async def test_expired_holder_frees_its_slot(locks: LockManager, name: str) -> N
 async def test_semaphore_slot_lost_cancels_body(
     locks: LockManager, clients: list[redis.Redis], name: str
 ) -> None:
+    reached_end = False
+    deleted_at = math.inf
     with pytest.raises(LockLost):
         async with locks.semaphore(name, 2, ttl=0.6) as sem:
             slot_key = f"aiolock:{{{name}}}:slot:{sem.slot}"
             for client in clients:
                 await client.delete(slot_key)
+            deleted_at = time.monotonic()
             await asyncio.sleep(5)
+            reached_end = True
+    # The body was cancelled within about one renewal period, not left to finish.
+    assert not reached_end
+    assert time.monotonic() - deleted_at < 2.5
 
 
 async def test_semaphore_outage_raises_quorum_error(servers: Servers, name: str) -> None:
@@ -181,11 +189,17 @@ async def test_lock_many_opposite_orders_never_deadlock(locks: LockManager, name
 async def test_lock_many_loss_of_one_name_cancels_body(
     locks: LockManager, clients: list[redis.Redis], name: str
 ) -> None:
+    reached_end = False
+    deleted_at = math.inf
     with pytest.raises(LockLost):
         async with locks.lock_many([f"{name}-a", f"{name}-b"], ttl=0.6):
             for client in clients:
                 await client.delete(key(f"{name}-b"))
+            deleted_at = time.monotonic()
             await asyncio.sleep(5)
+            reached_end = True
+    assert not reached_end
+    assert time.monotonic() - deleted_at < 2.5
     for client in clients:
         assert await client.exists(key(f"{name}-a")) == 0
 
