@@ -1,12 +1,19 @@
 """A chaos test worker process: contend for a few names, record every critical section.
 
-    python tests/chaos_worker.py SECONDS TASKS NAME,NAME URL [URL ...]
+    python tests/chaos_worker.py MODE SECONDS TASKS NAME,NAME URL [URL ...]
 
 Prints one JSON object per line: each critical section (name, entered, valid_until,
-left, token, pid) on the system-wide monotonic clock, then a summary of errors.
-Now and then a holder blocks its event loop past its lock's validity (a "paused
-holder"); its section may then overlap the next holder's, which the checker allows
-only after its validity ended and with a lower fencing token.
+left, token, pid, told) on the system-wide monotonic clock, then a summary of errors.
+
+MODE ``expire``: ``auto_renew=False``, ttl 1 s, short sections. Now and then a holder
+blocks its event loop past its lock's validity (a "paused holder"); its section may
+then overlap the next holder's, which the checker allows only after its validity
+ended and with a lower fencing token.
+
+MODE ``renew``: ``async with`` and auto-renewal, ttl 2 to 6 s, sections of up to three
+ttls. A body samples ``now + remaining()`` as a careful user would (``valid_until``,
+its last estimate); when the lock is lost, ``left`` is the moment the cancellation
+reached the body (``told``).
 """
 
 from __future__ import annotations
@@ -17,30 +24,41 @@ import os
 import random
 import sys
 import time
+from typing import Any
 
-from aiolock import LockError, LockManager, LockNotOwned, QuorumError
+from aiolock import LockError, LockLost, LockManager, LockNotOwned, LockTimeout, QuorumError
 
-TTL = 1.0
+NODE_TIMEOUT = 0.05
+TTL = 1.0  # MODE expire
+RENEW_TTL = (2.0, 6.0)  # MODE renew: the range of ttls
+RENEW_HOLD = (0.05, 3.0)  # MODE renew: how long a section lasts, in ttls
 
 
-async def main(seconds: float, tasks: int, names: list[str], urls: list[str]) -> None:
+def emit(record: dict[str, Any]) -> None:
+    print(json.dumps(record), flush=True)
+
+
+async def main(mode: str, seconds: float, tasks: int, names: list[str], urls: list[str]) -> None:
     pid = os.getpid()
     errors: dict[str, int] = {}
     stop_at = time.monotonic() + seconds
     rng = random.Random(pid)
 
-    async with LockManager(urls, node_timeout=0.05) as locks:
+    def count(kind: str) -> None:
+        errors[kind] = errors.get(kind, 0) + 1
 
-        async def task() -> None:
+    async with LockManager(urls, node_timeout=NODE_TIMEOUT) as locks:
+
+        async def expiring() -> None:
             while time.monotonic() < stop_at:
                 name = rng.choice(names)
                 lock = locks.lock(name, ttl=TTL, timeout=5, auto_renew=False)
                 try:
                     if not await lock.acquire():
-                        errors["timeout"] = errors.get("timeout", 0) + 1
+                        count("timeout")
                         continue
                 except QuorumError:
-                    errors["quorum"] = errors.get("quorum", 0) + 1
+                    count("quorum")
                     await asyncio.sleep(0.05)
                     continue
                 entered = time.monotonic()
@@ -51,31 +69,74 @@ async def main(seconds: float, tasks: int, names: list[str], urls: list[str]) ->
                 else:
                     await asyncio.sleep(rng.uniform(0.001, 0.01))
                 left = time.monotonic()
-                print(
-                    json.dumps(
-                        {
-                            "name": name,
-                            "entered": entered,
-                            "valid_until": valid_until,
-                            "left": left,
-                            "token": token,
-                            "pid": pid,
-                        }
-                    ),
-                    flush=True,
+                emit(
+                    {
+                        "name": name,
+                        "entered": entered,
+                        "valid_until": valid_until,
+                        "left": left,
+                        "token": token,
+                        "pid": pid,
+                        "told": False,
+                    }
                 )
                 try:
                     await lock.release()
                 except LockNotOwned:
-                    errors["expired"] = errors.get("expired", 0) + 1
+                    count("expired")
                 except LockError as exc:
-                    kind = type(exc).__name__
-                    errors[kind] = errors.get(kind, 0) + 1
+                    count(type(exc).__name__)
 
+        async def renewed() -> None:
+            while time.monotonic() < stop_at:
+                name = rng.choice(names)
+                ttl = rng.uniform(*RENEW_TTL)
+                record: dict[str, Any] = {}
+                try:
+                    async with locks.lock(name, ttl=ttl, timeout=5) as lock:
+                        entered = time.monotonic()
+                        record = {
+                            "name": name,
+                            "entered": entered,
+                            "valid_until": entered + lock.remaining(),
+                            "left": entered,
+                            "token": lock.fencing_token,
+                            "pid": pid,
+                            "told": False,
+                            "ttl": ttl,
+                        }
+                        end = min(entered + rng.uniform(*RENEW_HOLD) * ttl, stop_at)
+                        try:
+                            while True:
+                                now = time.monotonic()
+                                remaining = lock.remaining()
+                                if remaining > 0.0:
+                                    record["valid_until"] = now + remaining
+                                record["left"] = now
+                                if now >= end:
+                                    break
+                                await asyncio.sleep(min(0.01, end - now))
+                        except asyncio.CancelledError:
+                            record["left"] = time.monotonic()
+                            record["told"] = True
+                            raise
+                except LockTimeout:
+                    count("timeout")
+                except LockLost:
+                    count("lost")
+                except QuorumError:
+                    count("quorum")
+                    await asyncio.sleep(0.05)
+                except LockError as exc:
+                    count(type(exc).__name__)
+                if record:
+                    emit(record)
+
+        task = renewed if mode == "renew" else expiring
         await asyncio.gather(*(task() for _ in range(tasks)))
-    print(json.dumps({"summary": errors, "pid": pid}), flush=True)
+    emit({"summary": errors, "pid": pid})
 
 
 if __name__ == "__main__":
-    seconds, tasks, names, *urls = sys.argv[1:]
-    asyncio.run(main(float(seconds), int(tasks), names.split(","), urls))
+    mode, seconds, tasks, names, *urls = sys.argv[1:]
+    asyncio.run(main(mode, float(seconds), int(tasks), names.split(","), urls))

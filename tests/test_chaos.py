@@ -2,16 +2,23 @@
 
 Several processes x tasks contend for a few names over 5 nodes (through proxies),
 while a nemesis pauses (SIGSTOP), kills and restarts (empty, after more than the
-ttl), delays and blackholes nodes -- never more than a minority at once -- and
-holders now and then stall past their validity. The checker fails on:
+ttl), delays and blackholes nodes. Two modes:
 
-* an overlap of two critical sections of one name that the library's promises
-  exclude: the later may only start after the earlier's validity ended;
-* fencing tokens not strictly increasing in acquisition order, per name;
-* lost progress: no acquisition for several ttls while a majority is healthy.
+* **expire** (``auto_renew=False``, ttl 1 s, short sections): never more than a
+  minority faulty at once; holders now and then stall past their validity. The
+  checker fails on an overlap of two critical sections of one name that the
+  library's promises exclude (the later may only start after the earlier's
+  validity ended), on fencing tokens not strictly increasing in acquisition order,
+  and on lost progress (no acquisition for several ttls).
+* **renew** (``async with`` and auto-renewal, ttl 2-6 s, sections of up to three
+  ttls): the nemesis also pauses a *majority* for up to a few seconds, so renewals
+  fail and holders must be told. The checker fails when a body ran past its own
+  last validity estimate (it must end, or be told, before), on any overlap of two
+  sections of one name (a told holder's section ends when it is told), and on
+  fencing tokens out of order.
 
-Short by default; ``AIOLOCK_CHAOS_SECONDS=60 pytest tests/test_chaos.py`` (or
-``nox -s chaos``) for a long run.
+Short by default (``expire`` 12 s, ``renew`` 60 s); ``AIOLOCK_CHAOS_SECONDS=60``
+(or ``nox -s chaos``) for a long run of both.
 """
 
 from __future__ import annotations
@@ -29,9 +36,11 @@ from typing import Any
 
 from aiolock.testing import Server, Servers
 
+from .chaos_worker import NODE_TIMEOUT, RENEW_TTL
 from .faults import Mode, Proxy, proxies
 
 SECONDS = float(os.environ.get("AIOLOCK_CHAOS_SECONDS", "12"))
+RENEW_SECONDS = max(60.0, SECONDS)
 PROCESSES = 4
 TASKS = 3
 NAMES = ["chaos:a", "chaos:b"]
@@ -43,10 +52,16 @@ WORKER = Path(__file__).parent / "chaos_worker.py"
 class Nemesis:
     """Injects one fault at a time on a random node, at most a minority faulty."""
 
-    def __init__(self, servers: Servers, proxied: list[Proxy], seed: int) -> None:
+    def __init__(
+        self, servers: Servers, proxied: list[Proxy], seed: int, *, majority: bool = False
+    ) -> None:
         self.servers = servers
         self.proxied = proxied
         self.rng = random.Random(seed)
+        #: Also pause a majority now and then (renew mode), when no other fault runs.
+        self.majority = majority
+        #: Kills keep a node down longer than the longest ttl of the mode.
+        self.down_for = 1.2 * (RENEW_TTL[1] if majority else TTL)
         self.faulty: set[int] = set()
         self.injected: Counter[str] = Counter()
         self._tasks: set[asyncio.Task[None]] = set()
@@ -55,9 +70,17 @@ class Nemesis:
         loop = asyncio.get_running_loop()
         stop_at = loop.time() + seconds
         minority = len(self.servers) // 2
+        next_majority = loop.time() + self.rng.uniform(2.0, 6.0)
         while loop.time() < stop_at:
             await asyncio.sleep(self.rng.uniform(0.2, 0.6))
             healthy = [i for i in range(len(self.servers)) if i not in self.faulty]
+            if self.majority and loop.time() >= next_majority:
+                if self.faulty:
+                    continue  # let the running faults end first, and start none
+                self.injected["pause_majority"] += 1
+                await self._pause_majority(minority + 1)
+                next_majority = loop.time() + self.rng.uniform(4.0, 10.0)
+                continue
             if len(self.faulty) >= minority or not healthy:
                 continue
             i = self.rng.choice(healthy)
@@ -68,6 +91,23 @@ class Nemesis:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         await asyncio.gather(*self._tasks)
+
+    async def _pause_majority(self, count: int) -> None:
+        chosen = self.rng.sample(range(len(self.servers)), count)
+        self.faulty.update(chosen)
+        paused = [self.servers.servers[i] for i in chosen]
+        try:
+            for server in paused:
+                assert isinstance(server, Server)
+                server.pause()
+            # Up to the longest ttl: long enough that renewals fail for longer than
+            # the validity of many holders, which must then be told in time.
+            await asyncio.sleep(self.rng.uniform(0.5, RENEW_TTL[1]))
+        finally:
+            for server in paused:
+                assert isinstance(server, Server)
+                server.resume()
+            self.faulty.difference_update(chosen)
 
     async def _fault(self, kind: str, i: int) -> None:
         server = self.servers.servers[i]
@@ -80,7 +120,7 @@ class Nemesis:
                 server.resume()
             elif kind == "kill":
                 server.kill()
-                await asyncio.sleep(TTL * 1.2)  # down longer than the longest ttl
+                await asyncio.sleep(self.down_for)  # down longer than the longest ttl
                 await server.restart()
             else:
                 proxy.mode = Mode.DELAY if kind == "delay" else Mode.BLACKHOLE
@@ -119,19 +159,23 @@ def check(sections: list[dict[str, Any]]) -> dict[str, int]:
     return stats
 
 
-async def test_chaos_mutual_exclusion_tokens_and_progress(servers: Servers) -> None:
+async def _run_chaos(
+    servers: Servers, mode: str, seconds: float
+) -> tuple[list[dict[str, Any]], Counter[str], Nemesis]:
+    """Run the workers and the nemesis; return every section, the errors, the nemesis."""
     async with proxies(servers) as proxied:
         urls = [p.url for p in proxied]
-        args = [str(WORKER), str(SECONDS), str(TASKS), ",".join(NAMES), *urls]
+        args = [str(WORKER), mode, str(seconds), str(TASKS), ",".join(NAMES), *urls]
         pipe = asyncio.subprocess.PIPE
         procs = [
             await asyncio.create_subprocess_exec(sys.executable, *args, stdout=pipe, stderr=pipe)
             for _ in range(PROCESSES)
         ]
-        nemesis = Nemesis(servers, proxied, seed=int.from_bytes(os.urandom(4), "big"))
+        seed = int.from_bytes(os.urandom(4), "big")
+        nemesis = Nemesis(servers, proxied, seed=seed, majority=mode == "renew")
         try:
             outputs = await asyncio.gather(
-                nemesis.run(SECONDS - 1), *(p.communicate() for p in procs)
+                nemesis.run(seconds - 1), *(p.communicate() for p in procs)
             )
         finally:
             for proc in procs:
@@ -147,6 +191,11 @@ async def test_chaos_mutual_exclusion_tokens_and_progress(servers: Servers) -> N
                 errors.update(record["summary"])
             else:
                 sections.append(record)
+    return sections, errors, nemesis
+
+
+async def test_chaos_mutual_exclusion_tokens_and_progress(servers: Servers) -> None:
+    sections, errors, nemesis = await _run_chaos(servers, "expire", SECONDS)
     stats = check(sections)
     print(
         f"chaos: {SECONDS:.0f}s, {PROCESSES}x{TASKS} tasks, faults {dict(nemesis.injected)} "
@@ -157,6 +206,43 @@ async def test_chaos_mutual_exclusion_tokens_and_progress(servers: Servers) -> N
     )
     assert stats["sections"] > 50 * SECONDS / 12
     assert sum(nemesis.injected.values()) >= 5
+
+
+def check_renewed(sections: list[dict[str, Any]]) -> dict[str, int]:
+    """The checker of renew mode; returns counts. Raises AssertionError on a violation."""
+    stats = {"sections": len(sections), "told": 0, "least_margin_ms": 10**9}
+    by_name: dict[str, list[dict[str, Any]]] = {}
+    for section in sections:
+        by_name.setdefault(section["name"], []).append(section)
+        # The body ended before its own last validity estimate; a holder that was
+        # told, at least half the promised guard before it (README).
+        margin = section["valid_until"] - section["left"]
+        assert margin >= 0.0, ("ran past its validity", section)
+        if section["told"]:
+            guard = min(section["ttl"] / 5, max(3 * NODE_TIMEOUT, 0.05))
+            assert margin >= guard / 2, ("told too late", section)
+        stats["told"] += section["told"]
+        stats["least_margin_ms"] = min(stats["least_margin_ms"], int(margin * 1000))
+    for name, group in by_name.items():
+        group.sort(key=lambda s: s["entered"])
+        for earlier, later in itertools.pairwise(group):
+            assert later["token"] > earlier["token"], (name, earlier, later)
+            # No overlap: a holder that was told stopped when told.
+            assert later["entered"] >= earlier["left"], ("overlap", name, earlier, later)
+    return stats
+
+
+async def test_chaos_with_renewal_and_majority_pauses(servers: Servers) -> None:
+    sections, errors, nemesis = await _run_chaos(servers, "renew", RENEW_SECONDS)
+    stats = check_renewed(sections)
+    print(
+        f"chaos (renew): {RENEW_SECONDS:.0f}s, {PROCESSES}x{TASKS} tasks, faults "
+        f"{dict(nemesis.injected)}, {stats['sections']} sections checked, {stats['told']} "
+        f"holders told of a loss, least margin before validity ended "
+        f"{stats['least_margin_ms']} ms, client-side errors {dict(errors)}"
+    )
+    assert stats["sections"] >= 20
+    assert nemesis.injected["pause_majority"] >= 1
 
 
 def test_checker_catches_violations() -> None:
@@ -179,3 +265,21 @@ def test_checker_catches_violations() -> None:
         raise RuntimeError("lost progress not caught")
     paused = [dict(ok[0], left=2.0), dict(ok[1], entered=1.2, token=2)]
     assert check(paused)["overlaps_after_expiry"] == 1
+
+
+def test_renew_checker_catches_violations() -> None:
+    ok = [
+        {"name": "n", "entered": 0.0, "valid_until": 3.0, "left": 2.5, "told": True, "token": 1},
+        {"name": "n", "entered": 2.6, "valid_until": 5.0, "left": 4.0, "told": False, "token": 2},
+    ]
+    ok = [dict(section, ttl=3.0) for section in ok]
+    assert check_renewed(ok)["told"] == 1
+    for broken, what in [
+        ([dict(ok[0], left=3.1), ok[1]], "ran past its validity"),
+        ([dict(ok[0], left=2.95), ok[1]], "told too late"),
+        ([ok[0], dict(ok[1], entered=2.4)], "overlap"),
+        ([ok[0], dict(ok[1], token=1)], "token order"),
+    ]:
+        with contextlib.suppress(AssertionError):
+            check_renewed(broken)
+            raise RuntimeError(f"{what} not caught")
