@@ -188,6 +188,27 @@ async def test_max_hold_ends_renewal_and_cancels_body(locks: LockManager, name: 
     assert 1.1 < time.monotonic() - started < 4.0
 
 
+async def test_max_hold_on_a_plain_handle_reports_the_loss_and_frees_the_name(
+    locks: LockManager, name: str
+) -> None:
+    lock = locks.lock(name, ttl=0.6, max_hold=1.0)
+    assert await lock.acquire()
+    started = time.monotonic()
+    lost = await asyncio.wait_for(lock.wait_lost(), 5)
+    assert 0.9 < time.monotonic() - started < 3.0
+    assert "max_hold" in str(lost)
+    assert lock.lost is lost
+    assert not lock.owned
+    assert lock.fencing_token is not None  # the token stays until release
+    # Renewal stopped: the name is free once the last renewal's ttl ran out.
+    other = locks.lock(name, ttl=5)
+    assert await other.acquire(timeout=2)
+    with pytest.raises(LockNotOwned):
+        await lock.release()
+    assert other.owned  # the old handle's release did not touch the new holder's key
+    await other.release()
+
+
 async def test_many_locks_renew_with_one_command_per_node_per_tick(
     urls: list[str], clients: list[redis.Redis]
 ) -> None:

@@ -116,3 +116,61 @@ async def test_a_sentinel_failover_is_followed(tmp_path: Path, name: str) -> Non
                 for client in sentinel.sentinels:
                     await client.aclose()
                 await replica.aclose()
+
+
+async def test_a_lock_is_held_through_a_sentinel_failover(
+    servers: Servers, tmp_path: Path, name: str
+) -> None:
+    async with redis_servers(2, args=["--repl-diskless-sync-delay", "0"]) as own:
+        old = own.servers[0]
+        replica = redis.Redis.from_url(own[1], socket_timeout=2)
+        await replica.replicaof("127.0.0.1", old.port)
+        deadline = time.monotonic() + 15
+        while (await replica.info("replication")).get("master_link_status") != "up":
+            assert time.monotonic() < deadline, "the replica did not sync"
+            await asyncio.sleep(0.05)
+        settings = ("down-after-milliseconds mymaster 300", "failover-timeout mymaster 2000")
+        async with run_sentinel(old.port, tmp_path, *settings) as port:
+            sentinel = Sentinel([("127.0.0.1", port)], socket_timeout=1)
+            master = sentinel.master_for("mymaster")
+            nodes = [master, servers[1], servers[2]]
+            try:
+                async with (
+                    LockManager(nodes, node_timeout=0.2) as locks,
+                    LockManager(nodes, node_timeout=0.2) as others,
+                    locks.lock(name, ttl=2.0) as lock,
+                ):
+                    token = lock.fencing_token
+                    old.kill()
+                    # Renewed on the two other nodes meanwhile: held, and exclusive.
+                    deadline = time.monotonic() + 30
+                    while await _role(own[1]) != b"master":
+                        assert time.monotonic() < deadline, "no failover in 30 s"
+                        assert lock.owned
+                        with contextlib.suppress(QuorumError):
+                            assert not await others.lock(name).acquire(timeout=0)
+                        await asyncio.sleep(0.2)
+                    await asyncio.sleep(2.5)  # renewals after the promotion
+                    assert lock.owned
+                    assert lock.lost is None
+                    assert lock.fencing_token == token
+                    # The renewal followed the sentinel to the promoted server: its copy
+                    # of the key is fresh (a copy replicated before the kill would have
+                    # expired by now, ttl 2 s).
+                    async with redis.Redis.from_url(own[1], socket_timeout=2) as promoted:
+                        assert await promoted.pttl(key(name)) > 1000
+            finally:
+                await master.aclose()
+                for client in sentinel.sentinels:
+                    await client.aclose()
+                await replica.aclose()
+
+
+async def _role(url: str) -> bytes | None:
+    """The server's role, on a connection of its own (a promotion kills the clients)."""
+    try:
+        async with redis.Redis.from_url(url, socket_timeout=1) as client:
+            role: list[bytes] = await client.execute_command("ROLE")
+            return role[0]
+    except redis.ConnectionError:
+        return None
