@@ -211,13 +211,20 @@ class ClusterNode:
                 self._server(target).call((b"ASKING",), ignore)
                 self._send(target, request)
             return
-        if isinstance(reply, TryAgainError) and request.redirects < MAX_REDIRECTS:
+        if isinstance(reply, TryAgainError) and not self._closed:
             # A multi-key request in a slot being migrated, some keys moved already:
-            # the migration ends soon. (Bounded anyway by the engine's node_timeout.)
-            request.redirects += 1
-            retry = functools.partial(self._dispatch, request, may_hold=False)
-            asyncio.get_running_loop().call_later(TRY_AGAIN_DELAY, retry)
-            return
+            # the migration ends soon. Re-sent until the request's own budget (the
+            # node_timeout) is spent, not a fixed number of times. (The source may
+            # answer ASK and the target TRYAGAIN again until the migration ends: that
+            # back and forth is bounded by the deadline, not by MAX_REDIRECTS.)
+            request.redirects = 0
+            now = time.monotonic()
+            if not request.deadline:
+                request.deadline = now + self._request_timeout
+            if now + TRY_AGAIN_DELAY < request.deadline:
+                retry = functools.partial(self._dispatch, request, may_hold=False)
+                asyncio.get_running_loop().call_later(TRY_AGAIN_DELAY, retry)
+                return
         if (
             isinstance(reply, RedisConnectionError)
             and request.redirects < MAX_REDIRECTS

@@ -453,3 +453,142 @@ async def test_a_hung_master_costs_only_its_own_names() -> None:
                         await asyncio.sleep(0.1)
         finally:
             await client.aclose()
+
+
+# -- TRYAGAIN and CLUSTERDOWN during acquire and renewal (issue 21) -----------------------
+
+
+async def _slot_served(cluster: Cluster, server: Server, slot: int, served: bool) -> None:
+    """Take ``slot`` away from ``server`` (CLUSTERDOWN for its keys), or give it back."""
+    client = direct(server)
+    try:
+        await client.execute_command("CLUSTER", "ADDSLOTS" if served else "DELSLOTS", slot)
+    finally:
+        await client.aclose()
+    if served:
+        await wait_cluster_ok(cluster.masters)
+
+
+async def test_clusterdown_during_acquire_is_an_outage_then_recovers(
+    cluster: Cluster, cluster_client: Any
+) -> None:
+    name = names_on_every_master(1)[0]
+    slot = key_slot(key(name).encode())
+    master = await cluster.master_of(key(name))
+    async with aiolock.LockManager([cluster_client], node_timeout=0.5) as locks:
+        await _slot_served(cluster, master, slot, served=False)
+        try:
+            with pytest.raises(aiolock.QuorumError, match="CLUSTERDOWN"):
+                await locks.lock(name).acquire(timeout=0)
+        finally:
+            await _slot_served(cluster, master, slot, served=True)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                async with locks.lock(name, ttl=5) as lock:
+                    assert lock.fencing_token is not None
+                break
+            except aiolock.QuorumError:
+                assert time.monotonic() < deadline, "not recovered in 10 s"
+                await asyncio.sleep(0.1)
+        assert not await exists_on(master, name)
+
+
+async def test_clusterdown_during_renewal_keeps_the_lock_when_it_ends_in_time(
+    cluster: Cluster, cluster_client: Any
+) -> None:
+    name = names_on_every_master(1)[2]
+    slot = key_slot(key(name).encode())
+    master = await cluster.master_of(key(name))
+    async with (
+        aiolock.LockManager([cluster_client], node_timeout=0.5) as locks,
+        locks.lock(name, ttl=4.0) as lock,
+    ):
+        await _slot_served(cluster, master, slot, served=False)
+        try:
+            await asyncio.sleep(1.6)  # the renewal at ttl/3 meets CLUSTERDOWN
+        finally:
+            await _slot_served(cluster, master, slot, served=True)
+        await asyncio.sleep(1.6)  # a retried renewal gets through
+        assert lock.owned
+        assert lock.lost is None
+        client = direct(master)
+        try:
+            assert await client.pttl(key(name)) > 2500  # renewed after the outage
+        finally:
+            await client.aclose()
+
+
+def names_in_one_slot(count: int) -> list[str]:
+    """Lock names whose keys share one hash slot (so one renewal call carries them all)."""
+    by_slot: dict[int, list[str]] = {}
+    while True:
+        name = f"s-{uuid.uuid4().hex[:10]}"
+        group = by_slot.setdefault(key_slot(key(name).encode()), [])
+        group.append(name)
+        if len(group) == count:
+            return group
+
+
+async def test_tryagain_during_acquire_is_retried_until_the_keys_are_together(
+    cluster: Cluster, cluster_client: Any
+) -> None:
+    name = names_on_every_master(1)[1]
+    slot = key_slot(key(name).encode())
+    source = await cluster.master_of(key(name))
+    target = next(m for m in cluster.masters if m is not source)
+    src = direct(source)
+    migrated = False
+    try:
+        async with aiolock.LockManager([cluster_client], node_timeout=2.0) as locks:
+            async with locks.lock(name, ttl=5) as first:
+                before = first.fencing_token
+            assert before is not None
+            await start_migration(source, target, slot)
+            # The fencing counter is on the source, the lock key is not: a script
+            # over both gets TRYAGAIN (and the target too, after ASK) until the
+            # migration ends; the request is re-sent meanwhile, within node_timeout.
+            attempt = asyncio.create_task(locks.lock(name, ttl=5).acquire(timeout=0))
+            await asyncio.sleep(0.3)
+            assert not attempt.done(), "TRYAGAIN was not retried"
+            await finish_migration(cluster, source, target, slot)
+            migrated = True
+            assert await asyncio.wait_for(attempt, 5)  # taken on the target
+            assert await exists_on(target, name)
+    finally:
+        await src.aclose()
+        if not migrated:
+            await finish_migration(cluster, source, target, slot)
+
+
+async def test_tryagain_during_renewal_is_retried_and_the_locks_kept(
+    cluster: Cluster, cluster_client: Any
+) -> None:
+    names = names_in_one_slot(2)
+    slot = key_slot(key(names[0]).encode())
+    source = await cluster.master_of(key(names[0]))
+    target = next(m for m in cluster.masters if m is not source)
+    src = direct(source)
+    try:
+        async with aiolock.LockManager([cluster_client], node_timeout=0.5) as locks:
+            held = [locks.lock(name, ttl=3.0) for name in names]
+            for lock in held:
+                assert await lock.acquire(timeout=5)
+            await start_migration(source, target, slot)
+            # One of the two keys moves: a renewal call over both gets TRYAGAIN.
+            await src.execute_command(
+                "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", key(names[0])
+            )
+            await asyncio.sleep(1.5)  # a renewal meets TRYAGAIN
+            await finish_migration(cluster, source, target, slot)
+            await asyncio.sleep(1.5)  # renewed on the target since
+            assert all(lock.owned and lock.lost is None for lock in held)
+            client = direct(target)
+            try:
+                assert all([await client.pttl(key(name)) > 1500 for name in names])
+            finally:
+                await client.aclose()
+            for lock in held:
+                await lock.release()
+    finally:
+        await src.aclose()
