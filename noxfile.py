@@ -1,4 +1,5 @@
-"""Sessions: tests, lint, typing, bench_short (the default, what CI runs), demo, bench."""
+"""Sessions: tests, lint, typing, bench_short (the default, what CI runs); demo, bench,
+chaos and mutants (long) on demand."""
 
 import nox
 
@@ -65,3 +66,20 @@ def chaos(session: nox.Session) -> None:
         "python", "-m", "pytest", "tests/test_chaos.py", "-s", "-p", "no:randomly",
         "-o", "timeout=0", env={"AIOLOCK_CHAOS_SECONDS": seconds},
     )  # fmt: skip
+
+
+@nox.session
+def mutants(session: nox.Session) -> None:
+    """Mutation testing of the safety modules: named mutants, then mutmut (long).
+
+    `nox -s mutants` runs both; `nox -s mutants -- named` only the named mutants (a few
+    minutes), `nox -s mutants -- mutmut` only mutmut (hours: it runs the covering tests
+    of every mutant). Results and the last scores: docs/testing.md.
+    """
+    session.install("-e", ".[test]", "mutmut>=3.3")
+    parts = session.posargs or ["named", "mutmut"]
+    if "named" in parts:
+        session.run("python", "tests/mutants.py")
+    if "mutmut" in parts:
+        session.run("mutmut", "run", "--max-children", "2")
+        session.run("mutmut", "results")

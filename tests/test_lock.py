@@ -9,7 +9,7 @@ import pytest
 import redis.asyncio as redis
 
 import aiolock
-from aiolock import LockManager, LockNotOwned, LockTimeout
+from aiolock import Lock, LockManager, LockNotOwned, LockTimeout
 
 from .conftest import key, settled_keys
 from .faults import proxies
@@ -480,3 +480,40 @@ async def test_first_acquires_of_an_unentered_manager_wait_for_connections(
             assert all(results)
         finally:
             await locks.aclose()
+
+
+# -- extensions racing each other: the validity believed is the earlier (pure logic) -------
+
+
+def _held(locks: LockManager, expires_in: float) -> Lock:
+    lock = locks.lock("n", ttl=9.0, auto_renew=False)
+    lock._token = b"t"
+    lock._expires_at = locks._clock() + expires_in
+    return lock
+
+
+def test_two_extensions_in_flight_leave_the_earlier_expiry_whatever_the_order() -> None:
+    locks = LockManager(["redis://127.0.0.1:1"])  # no I/O here
+    drift = 9.0 * locks.drift_factor + 0.002
+    for first in ("renewal", "extend"):
+        lock = _held(locks, 9.0)
+        start = locks._clock()
+        in_flight = {"renewal": (lock._begin_extension(), 9.0)}
+        in_flight["extend"] = (lock._begin_extension(), 1.0)
+        for which in (first, "extend" if first == "renewal" else "renewal"):
+            extension, ttl = in_flight[which]
+            lock._end_extension(extension, b"t", start, ttl, won=True)
+        # The nodes may have applied either PEXPIRE last: believe the earlier expiry.
+        assert lock._expires_at <= start + 1.0, first
+    # Alone, a confirmed extension sets the validity, shorter or longer.
+    lock = _held(locks, 9.0)
+    start = locks._clock()
+    lock._end_extension(lock._begin_extension(), b"t", start, 1.0, won=True)
+    assert lock._expires_at == pytest.approx(start + 1.0 - (1.0 * locks.drift_factor + 0.002))
+    lock._end_extension(lock._begin_extension(), b"t", start, 9.0, won=True)
+    assert lock._expires_at == pytest.approx(start + 9.0 - drift)
+    # Not confirmed: never longer than before, shorter if the nodes may hold it so.
+    lock._end_extension(lock._begin_extension(), b"t", start, 20.0, won=False)
+    assert lock._expires_at == pytest.approx(start + 9.0 - drift)
+    lock._end_extension(lock._begin_extension(), b"t", start, 2.0, won=False)
+    assert lock._expires_at < start + 2.0
