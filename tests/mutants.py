@@ -1,0 +1,188 @@
+"""Named mutants of the safety rules: each must make its tests fail.
+
+    python tests/mutants.py [NAME ...]
+
+mutmut (``nox -s mutants``) mutates Python functions at random; it cannot reach the Lua
+scripts (module constants) and spends most of its time on mutants no rule depends on.
+This list is the other half: one deliberate break per safety rule, with the tests that
+must catch it. Each is applied to the working tree, the tests run, and the file is
+restored. Exit status 1 if any mutant survives. Not collected by pytest (no ``test_``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+class Mutant(NamedTuple):
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+MUTANTS = [
+    # Issue 21's five, which the suite of 0.1 did not catch.
+    Mutant(
+        "lock_many body not cancelled on loss",
+        "aiolock/_many.py",
+        "[lock._renewal for lock in self._locks if lock._renewal is not None]",
+        "[]",
+        ("tests/test_primitives.py",),
+    ),
+    Mutant(
+        "semaphore body not cancelled on loss",
+        "aiolock/_semaphore.py",
+        "self._held._enter_scope()",
+        "pass",
+        ("tests/test_primitives.py",),
+    ),
+    Mutant(
+        "validity after an extension without drift",
+        "aiolock/_lock.py",
+        "expires_at = start + ttl - drift(ttl, self._manager._quorum.drift_factor)",
+        "expires_at = start + ttl",
+        ("tests/test_renewal.py",),
+    ),
+    Mutant(
+        "extend() not shielded from the caller's cancellation",
+        "aiolock/_quorum.py",
+        "votes = await self._run(send, _is_one, shielded=True, then=settle)",
+        "votes = await self._run(send, _is_one, shielded=False, then=settle)",
+        ("tests/test_lock.py",),
+    ),
+    Mutant(
+        "acquire script ignores the stored fencing counter",
+        "aiolock/_scripts.py",
+        "if last and last >= fence then",
+        "if false then",
+        ("tests/test_fencing.py",),
+    ),
+    # The loss deadline and the extension bookkeeping (issue 21).
+    Mutant(
+        "loss deadline checked only between renewal batches (no timer)",
+        "aiolock/_renewal.py",
+        "self._timer = asyncio.get_running_loop().call_later(max(0.0, delay), self._deadline)",
+        "self._timer = None",
+        ("tests/test_renewal.py::test_every_holder_is_told_a_guard_before_its_validity_ends",),
+    ),
+    Mutant(
+        "extensions in flight together: the later reply wins",
+        "aiolock/_lock.py",
+        "if (not won or extension.overlapped) and",
+        "if (not won) and",
+        ("tests/test_lock.py",),
+    ),
+    Mutant(
+        "extend() to a shorter ttl leaves the renewal schedule",
+        "aiolock/_lock.py",
+        "            renewal.validity_changed(ttl)\n            self._manager._renewer",
+        "            pass\n            self._manager._renewer",
+        ("tests/test_lock.py",),
+    ),
+    Mutant(
+        "one server's databases are several nodes",
+        "aiolock/_node.py",
+        'return ("tcp", host, int(kwargs.get("port", 6379)))',
+        'return ("tcp", host, int(kwargs.get("port", 6379)), kwargs.get("db", 0))',
+        ("tests/test_validation.py",),
+    ),
+    Mutant(
+        "same run_id behind two addresses not refused",
+        "aiolock/_manager.py",
+        "and other.run_id == node.run_id:",
+        "and False:",
+        ("tests/test_failures.py",),
+    ),
+    # Rules of 0.1, in the scripts (out of mutmut's reach).
+    Mutant(
+        "acquire without NX",
+        "aiolock/_scripts.py",
+        "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then",
+        "if redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) then",
+        ("tests/test_lock.py",),
+    ),
+    Mutant(
+        "release deletes without comparing the token",
+        "aiolock/_scripts.py",
+        "if redis.call('get', KEYS[1]) == ARGV[1] then\n    redis.call('del', KEYS[1])\n"
+        "    redis.call('publish', KEYS[1] .. ':released', ARGV[2] or '')",
+        "if true then\n    redis.call('del', KEYS[1])\n"
+        "    redis.call('publish', KEYS[1] .. ':released', ARGV[2] or '')",
+        ("tests/test_lock.py",),
+    ),
+    Mutant(
+        "extend re-creates an expired key",
+        "aiolock/_scripts.py",
+        "if redis.call('get', KEYS[1]) == ARGV[1] then\n    return redis.call('pexpire', "
+        "KEYS[1], ARGV[2])\nend\nreturn 0",
+        "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])\nreturn 1",
+        ("tests/test_lock.py",),
+    ),
+    Mutant(
+        "renewal batch extends keys of other tokens",
+        "aiolock/_scripts.py",
+        "if redis.pcall('get', KEYS[i]) == ARGV[2 * i - 1] then",
+        "if true then",
+        ("tests/test_renewal.py",),
+    ),
+    Mutant(
+        "quorum of half the nodes",
+        "aiolock/_quorum.py",
+        "    return n // 2 + 1",
+        "    return n // 2",
+        ("tests/test_quorum.py",),
+    ),
+    Mutant(
+        "validity without the time the attempt took",
+        "aiolock/_quorum.py",
+        "    return ttl - elapsed - drift(ttl, drift_factor)",
+        "    return ttl - drift(ttl, drift_factor)",
+        ("tests/test_quorum.py",),
+    ),
+]
+
+
+def run(mutant: Mutant) -> bool:
+    """Apply ``mutant``, run its tests, restore the file; True when the tests failed."""
+    path = ROOT / mutant.path
+    source = path.read_text()
+    if source.count(mutant.old) != 1:
+        raise SystemExit(f"{mutant.name}: its anchor is not found once in {mutant.path}")
+    path.write_text(source.replace(mutant.old, mutant.new))
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", *mutant.tests],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        path.write_text(source)
+    return result.returncode != 0
+
+
+def main(names: list[str]) -> int:
+    chosen = [m for m in MUTANTS if not names or m.name in names]
+    survived = []
+    for mutant in chosen:
+        started = time.monotonic()
+        killed = run(mutant)
+        verdict = "killed  " if killed else "SURVIVED"
+        print(f"{verdict} {time.monotonic() - started:5.1f}s  {mutant.name}", flush=True)
+        if not killed:
+            survived.append(mutant.name)
+    print(f"{len(chosen) - len(survived)} of {len(chosen)} named mutants killed")
+    return 1 if survived else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
