@@ -467,6 +467,9 @@ class Lock:
     # How a lock is taken and given back; the read-write lock's handles override these.
     _channels: tuple[bytes, ...] | None = None
     _exclusive = True
+    #: Whether the renewal may re-create the key where a node lost it (a plain key and
+    #: counter; a reader of a read-write lock is also a member of a set: not repaired).
+    _repairable = True
 
     @property
     def _queue_key(self) -> bytes:

@@ -21,7 +21,7 @@ from ._events import EventKind, LockEvent, logger
 from ._lock import Lock, check_name, check_timeout, check_ttl
 from ._many import LockMany, check_names
 from ._node import Node, NodeSpec, Script, ignore, node_key, node_name
-from ._quorum import EXTEND_MANY_SCRIPT, SCRIPTS, Quorum
+from ._quorum import EXTEND_MANY_SCRIPT, REPAIR_SCRIPT, SCRIPTS, Quorum
 from ._renewal import Renewer
 from ._rwlock import RWLock
 from ._semaphore import Semaphore
@@ -136,7 +136,7 @@ class LockManager:
         # thousand locks takes a node milliseconds, and on the ordered hot-path
         # connection every acquire and release would queue behind it.
         self._renewal_nodes = [
-            make_node(spec, node_timeout, (EXTEND_MANY_SCRIPT,)) for spec in specs
+            make_node(spec, node_timeout, (EXTEND_MANY_SCRIPT, REPAIR_SCRIPT)) for spec in specs
         ]
         self._renewal_quorum = Quorum(
             self._renewal_nodes,

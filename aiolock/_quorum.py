@@ -36,6 +36,7 @@ from ._scripts import (
     NOT_FREE,
     RAISE_FENCE,
     RELEASE,
+    REPAIR,
     RW_READ,
     RW_RELEASE,
     RW_WRITE,
@@ -43,12 +44,14 @@ from ._scripts import (
 
 __all__ = [
     "DRIFT_FLOOR",
+    "REPAIR_SCRIPT",
     "Attempt",
     "BatchVotes",
     "NodeLike",
     "Quorum",
     "Votes",
     "drift",
+    "milliseconds",
     "quorum_size",
     "validity",
 ]
@@ -64,6 +67,7 @@ RW_WRITE_SCRIPT: Final = Script(RW_WRITE)
 RW_RELEASE_SCRIPT: Final = Script(RW_RELEASE)
 EXTEND_SCRIPT: Final = Script(EXTEND)
 EXTEND_MANY_SCRIPT: Final = Script(EXTEND_MANY, per_key_args=2)
+REPAIR_SCRIPT: Final = Script(REPAIR)
 SCRIPTS: Final = (ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT, RAISE_FENCE_SCRIPT)
 #: Loaded on first use (NOSCRIPT fallback): most applications never need them.
 RW_SCRIPTS: Final = (RW_READ_SCRIPT, RW_WRITE_SCRIPT, RW_RELEASE_SCRIPT)
@@ -370,7 +374,7 @@ class Quorum:
         replace the plain acquire: the read-write lock's take other keys into account.
         """
         fence_key = key + FENCE_SUFFIX if fence_key is None else fence_key
-        retention = b"%d" % _ms(fence_retention(ttl))
+        retention = b"%d" % milliseconds(fence_retention(ttl))
         # The same floor for every node: in the usual case each returns exactly it.
         floor = b"%d" % int(self.wall_clock() * 1_000_000)
         args = (
@@ -379,7 +383,7 @@ class Quorum:
             fence_key,
             *more_keys,
             token,
-            b"%d" % _ms(ttl),
+            b"%d" % milliseconds(ttl),
             retention,
             floor,
             *more_args,
@@ -496,7 +500,7 @@ class Quorum:
         also when the caller is cancelled meanwhile (before the cancellation is
         re-raised): ``start`` is the monotonic time just before the requests went out.
         """
-        args = (b"1", key, token, b"%d" % _ms(ttl))
+        args = (b"1", key, token, b"%d" % milliseconds(ttl))
 
         def send(node: NodeLike, callback: Callback) -> None:
             node.call_script(EXTEND_SCRIPT, args, callback)
@@ -535,7 +539,7 @@ class Quorum:
             args.extend(key for key, _token, _ttl in part)
             for _key, token, ttl in part:
                 args.append(token)
-                args.append(b"%d" % _ms(ttl))
+                args.append(b"%d" % milliseconds(ttl))
             packed_args = tuple(args)
             for ni, node in enumerate(self.nodes):
                 node.call_script(
@@ -553,7 +557,17 @@ class Quorum:
 class BatchVotes:
     """Per-lock vote counts of one batched extend (see :meth:`Quorum.extend_many`)."""
 
-    __slots__ = ("_answered", "_outstanding", "_waiter", "errors", "failed", "no", "start", "yes")
+    __slots__ = (
+        "_answered",
+        "_outstanding",
+        "_waiter",
+        "errors",
+        "failed",
+        "missing",
+        "no",
+        "start",
+        "yes",
+    )
 
     def __init__(
         self, m: int, outstanding: int, start: float, waiter: asyncio.Future[None]
@@ -563,6 +577,8 @@ class BatchVotes:
         self.no = [0] * m
         self.failed = [0] * m
         self.errors: dict[object, BaseException] = {}
+        #: For each lock that some node said it does not hold: those nodes' indices.
+        self.missing: dict[int, list[int]] = {}
         self._answered: set[tuple[int, int]] = set()
         self._outstanding = outstanding
         self._waiter = waiter
@@ -586,6 +602,7 @@ class BatchVotes:
                     self.failed[j] += 1
                 else:
                     self.no[j] += 1
+                    self.missing.setdefault(j, []).append(ni)
         self._outstanding -= 1
         if self._outstanding == 0 and not self._waiter.done():
             self._waiter.set_result(None)
@@ -609,6 +626,6 @@ def _then_with(then: Callable[[Votes, float], None], start: float, votes: Votes)
     then(votes, start)
 
 
-def _ms(seconds: float) -> int:
+def milliseconds(seconds: float) -> int:
     """Whole milliseconds for PX/PEXPIRE, at least 1."""
     return max(1, int(seconds * 1000))

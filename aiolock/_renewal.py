@@ -39,7 +39,9 @@ import anyio
 
 from ._errors import LockLost, LockNotOwned, QuorumError
 from ._events import logger
-from ._quorum import drift
+from ._fencing import FENCE_SUFFIX, fence_retention
+from ._node import ignore
+from ._quorum import REPAIR_SCRIPT, drift, milliseconds
 
 if TYPE_CHECKING:
     from ._lock import Lock
@@ -271,6 +273,9 @@ class Renewer:
                 continue  # released, dropped or lost meanwhile
             if won and lock.remaining() > 0.0:
                 renewal.last_error = None
+                missing = batch.missing.get(j)
+                if missing and lock._repairable:
+                    self._repair(renewal, missing)
                 continue
             if batch.no[j] > quorum.n - quorum.quorum:
                 renewal.declare_lost(
@@ -286,3 +291,29 @@ class Renewer:
             renewal.due = now + min(
                 self.retry_interval(lock.ttl), max(0.0, (renewal.give_up_at - now) / 2)
             )
+
+    def _repair(self, renewal: Renewal, nodes: list[int]) -> None:
+        """Re-create a lock that a renewal kept on a quorum where nodes lost it.
+
+        Only after a renewal that *won* (the lock is ours): a node that restarted empty
+        gets our key back (``SET NX``: someone else's key is left alone) and its fencing
+        counter our token, so that one more node failure does not lose a lock that a
+        restart had thinned out. Not awaited: the next renewal counts it.
+        """
+        lock = renewal.lock
+        fence = lock._fencing_token
+        if fence is None:  # pragma: no cover - a renewed lock has its token
+            return
+        ttl = lock.ttl
+        args = (
+            b"2",
+            lock._key,
+            lock._key + FENCE_SUFFIX,
+            renewal.token,
+            b"%d" % milliseconds(ttl),
+            b"%d" % fence,
+            b"%d" % milliseconds(fence_retention(ttl)),
+        )
+        nodes_of = self._manager._renewal_quorum.nodes
+        for i in nodes:
+            nodes_of[i].call_script(REPAIR_SCRIPT, args, ignore)

@@ -93,6 +93,10 @@ class _RWHandle(Lock):
         # Readers and writers of one name queue together, woken by one channel.
         self._channels = (rw.channel,)
 
+    # A reader's key alone is not the whole lock (it is also a member of the readers'
+    # set), and the writer's counter is the name's: neither is re-created by renewal.
+    _repairable = False
+
     @property
     def _queue_key(self) -> bytes:
         return self._rw.base_key

@@ -101,6 +101,30 @@ MUTANTS = [
         "and False:",
         ("tests/test_failures.py",),
     ),
+    # Repair after restarts (issue 15).
+    Mutant(
+        "no repair of nodes that lost a held lock",
+        "aiolock/_renewal.py",
+        "                    self._repair(renewal, missing)\n",
+        "                    pass\n",
+        ("tests/test_failures.py",),
+    ),
+    Mutant(
+        "repair after a renewal that did not win a quorum",
+        "aiolock/_renewal.py",
+        "            if won and lock.remaining() > 0.0:\n",
+        "            if batch.missing.get(j):\n"
+        "                self._repair(renewal, batch.missing[j])\n"
+        "            if won and lock.remaining() > 0.0:\n",
+        ("tests/test_failures.py",),
+    ),
+    Mutant(
+        "repair overwrites another holder's key",
+        "aiolock/_scripts.py",
+        "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n    local last",
+        "if redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) then\n    local last",
+        ("tests/test_failures.py",),
+    ),
     # Rules of 0.1, in the scripts (out of mutmut's reach).
     Mutant(
         "acquire without NX",

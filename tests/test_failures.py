@@ -16,10 +16,10 @@ import pytest
 import redis.asyncio as redis
 import trustme
 
-from aiolock import LockLost, LockManager, QuorumError
+from aiolock import LockLost, LockManager, LockNotOwned, QuorumError
 from aiolock.testing import Server, Servers
 
-from .conftest import settled_keys
+from .conftest import key, settled_keys
 from .faults import Mode, Proxy, proxies
 
 
@@ -276,6 +276,61 @@ async def test_minority_restarted_empty_while_held_keeps_the_lock(
         await server.restart()
         await asyncio.sleep(1.5)  # renewals go on with 4 of 5
         assert lock.owned
+
+
+async def test_a_minority_restarted_empty_is_repaired_by_the_next_renewal(
+    servers: Servers, name: str
+) -> None:
+    async with (
+        LockManager(servers, node_timeout=0.1) as locks,
+        locks.lock(name, ttl=1.5) as lock,
+    ):
+        token = lock.fencing_token
+        assert token is not None
+        for server in servers.servers[:3]:
+            assert isinstance(server, Server)
+            await server.restart()
+            if server is servers.servers[0]:
+                # A majority holds it still; then node 2 restarts too, and someone
+                # else's key lands there meanwhile: repair must leave that one alone.
+                await asyncio.sleep(1.2)
+        async with _clients(servers) as fresh:
+            await fresh[2].set(key(name), b"someone-else", px=10_000)
+            await asyncio.sleep(1.2)  # two renewals (every ttl/3)
+            assert lock.owned
+            # Every other node holds the lock again, under our token, and knows its
+            # fencing token: one more node failure no longer loses it.
+            held = [await c.get(key(name)) for c in fresh]
+            assert held[0] is not None
+            assert held == [held[0], held[0], b"someone-else", held[0], held[0]], held
+            fences = [int(await c.get(f"{key(name)}:fence") or 0) for c in fresh]
+            assert all(fence >= token for i, fence in enumerate(fences) if i != 2), fences
+
+
+async def test_a_renewal_without_a_quorum_recreates_nothing(servers: Servers, name: str) -> None:
+    async with LockManager(servers, node_timeout=0.1) as locks:
+        lock = locks.lock(name, ttl=1.0)
+        assert await lock.acquire()
+        for server in servers.servers[:3]:
+            assert isinstance(server, Server)
+            await server.restart()
+        await asyncio.wait_for(lock.wait_lost(), 5)  # 3 of 5 say the key is gone
+        await asyncio.sleep(0.2)  # anything sent with that renewal has landed
+        async with _clients(servers) as fresh:
+            # An expired or lost lock is never re-created, not even where it is missing.
+            assert [await c.exists(key(name)) for c in fresh[:3]] == [0, 0, 0]
+        with pytest.raises(LockNotOwned):
+            await lock.release()
+
+
+@contextlib.asynccontextmanager
+async def _clients(urls: Servers) -> AsyncIterator[list[redis.Redis]]:
+    made = [redis.Redis.from_url(url, socket_timeout=2) for url in urls]
+    try:
+        yield made
+    finally:
+        for client in made:
+            await client.aclose()
 
 
 async def test_majority_restarted_empty_while_held_is_lost(servers: Servers, name: str) -> None:
