@@ -96,8 +96,9 @@ async def run_latency(
     samples: dict[str, list[float]] = {}
     async with _nodes(urls, 5) as nodes:
         client = redis.Redis.from_url(nodes[0])
-        one = LockManager(nodes[:1])
-        many = LockManager(nodes)
+        # (A benchmark measures locks, not a restart's quarantine: no restart_grace.)
+        one = LockManager(nodes[:1], restart_grace=0)
+        many = LockManager(nodes, restart_grace=0)
         hung: Server | None = None
         if isinstance(nodes, Servers) and len(nodes) >= 3:
             server = nodes.servers[-1]
@@ -193,7 +194,7 @@ async def run_renewal(
     seconds: float = 60.0,
 ) -> RenewalFigures:
     """Hold ``locks`` auto-renewed locks for ``seconds``; measure CPU, RSS and commands."""
-    async with _nodes(urls, 5) as nodes, LockManager(nodes) as manager:
+    async with _nodes(urls, 5) as nodes, LockManager(nodes, restart_grace=0) as manager:
         held = [manager.lock(f"bench:renew:{i}", ttl=ttl) for i in range(locks)]
         for start in range(0, locks, 500):
             results = await asyncio.gather(
@@ -249,7 +250,7 @@ async def _contend(
     """
     sections: list[tuple[float, float, int]] = []
     pid = os.getpid()
-    async with LockManager(nodes) as locks:
+    async with LockManager(nodes, restart_grace=0) as locks:
         stop_at = time.monotonic() + seconds
 
         async def task() -> None:
@@ -423,7 +424,7 @@ class WaitersFigures:
 
 async def run_waiters(urls: Sequence[str] | None = None, *, waiters: int = 1000) -> WaitersFigures:
     """``waiters`` tasks queue for one held name; count commands until all had it."""
-    async with _nodes(urls, 5) as nodes, LockManager(nodes) as locks:
+    async with _nodes(urls, 5) as nodes, LockManager(nodes, restart_grace=0) as locks:
         name = "bench:waiters"
         holder = locks.lock(name, ttl=30, auto_renew=False)
         if not await holder.acquire(timeout=5):  # pragma: no cover

@@ -95,6 +95,9 @@ class _Request:
 class ClusterNode:
     """A Redis Cluster behind the interface of one :class:`~aiolock._node.Node`."""
 
+    #: Not checked for restarts yet (its masters come and go with the slot map).
+    restarted_at: float | None = None
+
     def __init__(
         self,
         client: RedisCluster,

@@ -44,3 +44,11 @@ class QuorumError(LockError):
 
     def __reduce__(self) -> tuple[type[QuorumError], tuple[str, dict[object, BaseException]]]:
         return (type(self), (str(self), self.errors))
+
+
+class NodeQuarantined(Exception):
+    """A node's yes to an acquire did not count: its server restarted too recently.
+
+    Not raised: it is the per-node entry of :attr:`QuorumError.errors` for a node in its
+    restart quarantine (see ``restart_grace``). Not part of the public API yet.
+    """

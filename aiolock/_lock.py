@@ -364,7 +364,7 @@ class Lock:
         its current validity runs out).
         """
         manager = self._manager
-        new_ttl = self._ttl if ttl is None else check_ttl(ttl, manager.node_timeout)
+        new_ttl = self._ttl if ttl is None else manager._ttl_used(ttl)
         token = self._token
         if token is None:
             raise LockNotOwned(f"lock {self._name!r} is not held")

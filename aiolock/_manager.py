@@ -17,6 +17,7 @@ import anyio
 from redis.asyncio import RedisCluster
 
 from ._cluster import ClusterNode
+from ._errors import NodeQuarantined
 from ._events import EventKind, LockEvent, logger
 from ._lock import Lock, check_name, check_timeout, check_ttl
 from ._many import LockMany, check_names
@@ -35,6 +36,8 @@ _R = TypeVar("_R")
 
 #: How long ``async with LockManager(...)`` waits for the first connections.
 CONNECT_TIMEOUT: Final = 2.0
+#: The least restart grace of ``restart_grace=None`` (the default ttl).
+MIN_RESTART_GRACE: Final = 30.0
 
 
 def _check_number(value: object, what: str) -> float:
@@ -66,6 +69,12 @@ class LockManager:
     Use it as ``async with LockManager(...) as locks:``, or call :meth:`aclose`.
     ``on_event`` (optional) is called with a :class:`LockEvent` on every acquisition,
     release, timeout, loss and outage: a hook for metrics.
+
+    ``restart_grace``: a node whose server started less than this many seconds ago, or
+    whose ``run_id`` changed since the manager last saw it, is quarantined: its yes to an
+    acquire does not count (it may have lost keys of locks still held). ``None`` (the
+    default): the longest ttl this manager has used, at least 30 s; ``0``: off (servers
+    that persist with ``appendfsync always``, or that a test started empty itself).
     """
 
     def __init__(
@@ -76,6 +85,7 @@ class LockManager:
         drift_factor: float = 0.01,
         node_timeout: float = 0.05,
         on_event: Callable[[LockEvent], object] | None = None,
+        restart_grace: float | None = None,
     ) -> None:
         if isinstance(nodes, str | bytes) or not isinstance(nodes, Iterable):
             raise TypeError(
@@ -114,6 +124,10 @@ class LockManager:
         if node_timeout <= 0:
             raise ValueError(f"node_timeout must be > 0, got {node_timeout!r}")
 
+        if restart_grace is not None:
+            restart_grace = _check_number(restart_grace, "restart_grace")
+            if restart_grace < 0:
+                raise ValueError(f"restart_grace must be None or >= 0, got {restart_grace!r}")
         if on_event is not None and not callable(on_event):
             raise TypeError("on_event must be callable")
         self._on_event = on_event
@@ -144,6 +158,12 @@ class LockManager:
             drift_factor=drift_factor,
             clock=self._clock,
         )
+        self._restart_grace = restart_grace
+        #: The longest ttl of a handle or an extension of this manager (restart_grace).
+        self._longest_ttl = 0.0
+        self._grace = self.restart_grace  # kept up to date by _ttl_used
+        if restart_grace != 0:
+            self._quorum.veto = self._quarantined
         self._renewer = Renewer(self)
         self._waiting = Waiting(
             specs,
@@ -191,6 +211,46 @@ class LockManager:
         """Budget of one request to one node, in seconds."""
         return self._node_timeout
 
+    @property
+    def restart_grace(self) -> float:
+        """How long a restarted node's yes to an acquire does not count, in seconds.
+
+        As given, or (``restart_grace=None``) the longest ttl this manager has used, at
+        least 30 s: by then every lock the node may have lost has expired. ``0``: off.
+        """
+        if self._restart_grace is not None:
+            return self._restart_grace
+        return max(MIN_RESTART_GRACE, self._longest_ttl)
+
+    def _quarantined(self, i: int) -> NodeQuarantined | None:
+        """Why node ``i``'s yes to an acquire must not count now, if it must not.
+
+        Its server started (or its ``run_id`` changed) less than ``restart_grace``
+        ago: it may have lost keys of locks that are still held, so counting its yes
+        could hand out a lock that another holder still has.
+        """
+        node = self._nodes[i]
+        restarted_at = node.restarted_at
+        if restarted_at is None:
+            return None
+        grace = self._grace
+        now = time.monotonic()
+        left = restarted_at + grace - now
+        if left <= 0.0:
+            return None
+        return NodeQuarantined(
+            f"{node.name}: restarted {now - restarted_at:.1f}s ago, quarantined for "
+            f"{left:.1f}s more (restart_grace {grace:g}s): its yes does not count"
+        )
+
+    def _ttl_used(self, ttl: object, what: str = "ttl") -> float:
+        """Validate a ttl, and remember the longest (it sets the restart grace)."""
+        checked = check_ttl(ttl, self._node_timeout, what)
+        if checked > self._longest_ttl:
+            self._longest_ttl = checked
+            self._grace = self.restart_grace
+        return checked
+
     # -- primitives -------------------------------------------------------------------
 
     def lock(
@@ -211,7 +271,7 @@ class LockManager:
         this many seconds held.
         """
         name = check_name(name)
-        ttl = check_ttl(ttl, self._node_timeout)
+        ttl = self._ttl_used(ttl)
         timeout = check_timeout(timeout)
         if max_hold is not None:
             max_hold = check_ttl(max_hold, 0.0, "max_hold")
@@ -234,7 +294,7 @@ class LockManager:
             raise TypeError(f"limit must be an int, not {type(limit).__name__}")
         if limit < 1:
             raise ValueError(f"limit must be >= 1, got {limit!r}")
-        ttl = check_ttl(ttl, self._node_timeout)
+        ttl = self._ttl_used(ttl)
         timeout = check_timeout(timeout)
         return Semaphore(self, name, limit, ttl=ttl, timeout=timeout, auto_renew=bool(auto_renew))
 
@@ -248,7 +308,7 @@ class LockManager:
     ) -> LockMany:
         """One handle over several names: all-or-nothing, deadlock-free (sorted order)."""
         checked = check_names(names)
-        ttl = check_ttl(ttl, self._node_timeout)
+        ttl = self._ttl_used(ttl)
         timeout = check_timeout(timeout)
         return LockMany(self, checked, ttl=ttl, timeout=timeout, auto_renew=bool(auto_renew))
 
@@ -258,7 +318,7 @@ class LockManager:
         Many readers or one writer; a waiting writer keeps new readers out.
         """
         name = check_name(name)
-        ttl = check_ttl(ttl, self._node_timeout)
+        ttl = self._ttl_used(ttl)
         timeout = check_timeout(timeout)
         return RWLock(self, name, ttl=ttl, timeout=timeout)
 
@@ -277,7 +337,7 @@ class LockManager:
         if not isinstance(name_or_template, str):
             raise TypeError(f"the name must be a str, not {type(name_or_template).__name__}")
         check_name(name_or_template)
-        ttl = check_ttl(ttl, self._node_timeout)
+        ttl = self._ttl_used(ttl)
         timeout = check_timeout(timeout)
         fields = {field for _, field, _, _ in string.Formatter().parse(name_or_template) if field}
 

@@ -311,6 +311,11 @@ class Node:
         #: clock (from its ``uptime_in_seconds``).
         self.run_id: bytes | None = None
         self.started_at: float | None = None
+        #: Since when the node counts as restarted (monotonic): its server's start, or
+        #: the moment we saw its ``run_id`` change (a restart or a failover behind the
+        #: same address); ``None`` when unknown (``INFO`` denied). See restart_grace.
+        self.restarted_at: float | None = None
+        self._last_run_id: bytes | None = None
         #: Called with the node when a new connection told who the server is.
         self.on_identity: Callable[[Node], None] | None = None
         self._identified: asyncio.Future[None] | None = None
@@ -445,10 +450,21 @@ class Node:
     def _on_info(self, reply: Any) -> None:
         if isinstance(reply, bytes | str):
             fields = parse_info(reply)
+            now = time.monotonic()
             self.run_id = fields.get("run_id", "").encode() or None
             uptime = fields.get("uptime_in_seconds", "")
             if uptime.isdigit():
-                self.started_at = time.monotonic() - int(uptime)
+                # Whole seconds, rounded down: the start looks later, never earlier.
+                self.started_at = now - int(uptime)
+            restarted_at = self.started_at
+            if self.run_id is not None:
+                if self._last_run_id is not None and self.run_id != self._last_run_id:
+                    # Another server behind the same address (restarted, or a replica
+                    # promoted that may lack keys): count from now whatever its uptime.
+                    restarted_at = now if restarted_at is None else max(restarted_at, now)
+                self._last_run_id = self.run_id
+            if restarted_at is not None:
+                self.restarted_at = restarted_at
         elif not self._info_denied_logged and not isinstance(reply, RedisConnectionError):
             self._info_denied_logged = True
             logger.warning(

@@ -109,6 +109,9 @@ def validity(ttl: float, elapsed: float, drift_factor: float) -> float:
 # A classifier maps one node's reply to True (a vote for), False (a definite
 # "no": held by someone else, not ours) or None (a failure: error or timeout).
 Classifier = Callable[[Any], bool | None]
+# A veto turns node i's yes into a failed vote when it returns an exception (a node
+# in its restart quarantine); consulted when the reply arrives, not when it is sent.
+Veto = Callable[[int], BaseException | None]
 
 
 def _is_taken(reply: Any) -> bool | None:
@@ -131,6 +134,7 @@ class Votes:
     __slots__ = (
         "_classify",
         "_early",
+        "_veto",
         "_waiter",
         "failed",
         "n",
@@ -149,6 +153,7 @@ class Votes:
         waiter: asyncio.Future[None],
         *,
         early: bool,
+        veto: Veto | None = None,
     ) -> None:
         self.n = n
         self.quorum = quorum
@@ -160,6 +165,7 @@ class Votes:
         self._classify = classify
         self._waiter = waiter
         self._early = early
+        self._veto = veto
 
     @property
     def won(self) -> bool:
@@ -183,8 +189,12 @@ class Votes:
         """Count node ``i``'s reply; a reply after the timeout is ignored."""
         if self.replies[i] is not _PENDING:
             return
-        self.replies[i] = reply
         verdict = self._classify(reply)
+        if verdict and self._veto is not None:
+            refused = self._veto(i)
+            if refused is not None:  # a yes that does not count: a failed vote
+                reply, verdict = refused, None
+        self.replies[i] = reply
         self.verdicts[i] = verdict
         if verdict:
             self.yes += 1
@@ -298,6 +308,8 @@ class Quorum:
         self.node_timeout = node_timeout
         self.drift_factor = drift_factor
         self.clock = clock
+        #: Consulted for each yes to an acquire (see :data:`Veto`); None: none.
+        self.veto: Veto | None = None
 
     def _start(
         self,
@@ -307,10 +319,11 @@ class Quorum:
         early: bool,
         only: Sequence[int] | None = None,
         others: Any = None,
+        veto: Veto | None = None,
     ) -> tuple[Votes, asyncio.Future[None], asyncio.TimerHandle]:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
-        votes = Votes(self.n, self.quorum, classify, waiter, early=early)
+        votes = Votes(self.n, self.quorum, classify, waiter, early=early, veto=veto)
         indices = range(self.n) if only is None else only
         if only is not None:
             # Nodes left out are not asked: they count as if they had replied
@@ -334,8 +347,11 @@ class Quorum:
         only: Sequence[int] | None = None,
         others: Any = None,
         then: Callable[[Votes], None] | None = None,
+        veto: Veto | None = None,
     ) -> Votes:
-        votes, waiter, timer = self._start(send, classify, early=early, only=only, others=others)
+        votes, waiter, timer = self._start(
+            send, classify, early=early, only=only, others=others, veto=veto
+        )
         try:
             if shielded:
                 await _uncancellable(votes)
@@ -394,7 +410,9 @@ class Quorum:
 
         start = self.clock()
         try:
-            votes = await self._run(send, _is_taken)
+            # A node in its restart quarantine is still asked (its state catches up),
+            # but its yes does not count.
+            votes = await self._run(send, _is_taken, veto=self.veto)
             fence = None
             if votes.won:
                 fence = await self._settle_fence(votes, fence_key, retention)

@@ -52,7 +52,9 @@ async def work(db: str, urls: list[str]) -> None:
     conn = connect(db)
     me = os.getpid()
     rng = random.Random(me)
-    async with aiolock.LockManager(urls) as locks:
+    # restart_grace=0: the servers were started empty by this script a moment ago. Against
+    # long-running servers keep the default: a restarted node then waits out its quarantine.
+    async with aiolock.LockManager(urls, restart_grace=0) as locks:
         while True:
             todo = [row[0] for row in conn.execute("select id from jobs where done = 0 limit 200")]
             if not todo:

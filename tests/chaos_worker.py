@@ -10,10 +10,13 @@ blocks its event loop past its lock's validity (a "paused holder"); its section 
 then overlap the next holder's, which the checker allows only after its validity
 ended and with a lower fencing token.
 
-MODE ``renew``: ``async with`` and auto-renewal, ttl 2 to 6 s, sections of up to three
+MODE ``renew``: ``async with`` and auto-renewal, ttl 2 to 6 s, sections of up to two
 ttls. A body samples ``now + remaining()`` as a careful user would (``valid_until``,
 its last estimate); when the lock is lost, ``left`` is the moment the cancellation
 reached the body (``told``).
+
+``$AIOLOCK_CHAOS_GRACE`` sets the managers' ``restart_grace`` (default: a little more than
+the mode's longest ttl; ``0`` turns the restart quarantine off, to show what it prevents).
 """
 
 from __future__ import annotations
@@ -31,7 +34,13 @@ from aiolock import LockError, LockLost, LockManager, LockNotOwned, LockTimeout,
 NODE_TIMEOUT = 0.05
 TTL = 1.0  # MODE expire
 RENEW_TTL = (2.0, 6.0)  # MODE renew: the range of ttls
-RENEW_HOLD = (0.05, 3.0)  # MODE renew: how long a section lasts, in ttls
+RENEW_HOLD = (0.05, 2.0)  # MODE renew: how long a section lasts, in ttls
+
+
+def restart_grace(mode: str) -> float:
+    """The managers' restart_grace: longer than any ttl of the mode, unless overridden."""
+    default = RENEW_TTL[1] + 1.0 if mode == "renew" else TTL + 0.5
+    return float(os.environ.get("AIOLOCK_CHAOS_GRACE", default))
 
 
 def emit(record: dict[str, Any]) -> None:
@@ -47,7 +56,8 @@ async def main(mode: str, seconds: float, tasks: int, names: list[str], urls: li
     def count(kind: str) -> None:
         errors[kind] = errors.get(kind, 0) + 1
 
-    async with LockManager(urls, node_timeout=NODE_TIMEOUT) as locks:
+    grace = restart_grace(mode)
+    async with LockManager(urls, node_timeout=NODE_TIMEOUT, restart_grace=grace) as locks:
 
         async def expiring() -> None:
             while time.monotonic() < stop_at:

@@ -3,15 +3,35 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis.asyncio as redis
 
 import aiolock
 from aiolock.testing import Server, Servers, redis_servers
+
+
+@pytest.fixture(autouse=True)
+def _no_restart_quarantine_unless_chosen(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A manager that does not choose ``restart_grace`` gets 0 in this suite.
+
+    The suite starts its servers empty (and restarts killed ones empty) itself: with
+    the default grace every test would first wait 30 s for their quarantine. The tests
+    of the quarantine pass ``restart_grace`` (``None`` included) themselves.
+    """
+    original = aiolock.LockManager.__init__
+
+    @functools.wraps(original)
+    def init(self: aiolock.LockManager, nodes: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("restart_grace", 0)
+        original(self, nodes, **kwargs)
+
+    monkeypatch.setattr(aiolock.LockManager, "__init__", init)
 
 
 @pytest.fixture(scope="session")

@@ -101,6 +101,34 @@ MUTANTS = [
         "and False:",
         ("tests/test_failures.py",),
     ),
+    # Restart quarantine (issue 15).
+    Mutant(
+        "restart quarantine never applied",
+        "aiolock/_manager.py",
+        "            self._quorum.veto = self._quarantined\n",
+        "            pass\n",
+        (
+            "tests/test_failures.py::test_a_majority_restarted_empty_is_quarantined_until_the_holder_is_gone",
+        ),
+    ),
+    Mutant(
+        "a changed run_id is not a restart",
+        "aiolock/_node.py",
+        "if self._last_run_id is not None and self.run_id != self._last_run_id:",
+        "if False:",
+        (
+            "tests/test_failures.py::test_a_node_whose_run_id_changed_is_quarantined_whatever_its_uptime",
+        ),
+    ),
+    Mutant(
+        "a young server (uptime) is not a restart",
+        "aiolock/_node.py",
+        "                self.started_at = now - int(uptime)\n",
+        "                pass\n",
+        (
+            "tests/test_failures.py::test_a_majority_restarted_empty_is_quarantined_until_the_holder_is_gone",
+        ),
+    ),
     # Repair after restarts (issue 15).
     Mutant(
         "no repair of nodes that lost a held lock",

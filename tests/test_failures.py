@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,8 +15,9 @@ from pathlib import Path
 import pytest
 import redis.asyncio as redis
 
+import aiolock
 from aiolock import LockLost, LockManager, LockNotOwned, QuorumError
-from aiolock.testing import Server, Servers
+from aiolock.testing import Server, Servers, redis_servers
 
 from .conftest import key, settled_keys
 from .faults import Mode, Proxy, proxies, tls_proxies
@@ -212,7 +214,7 @@ async def test_missing_and_wrong_passwords(
 MINIMAL_ACL = (
     "on >lockpass ~aiolock:* resetchannels &aiolock:* -@all "
     "+evalsha +eval +script|load +subscribe +unsubscribe +ping +client|setinfo "
-    "+set +get +del +pexpire +pttl +publish +type"
+    "+set +get +del +pexpire +pttl +publish +type +info"
 )
 
 
@@ -240,6 +242,29 @@ async def test_minimal_acl_of_the_readme_is_enough(
         await limited.aclose()
     finally:
         for client in clients:
+            await client.execute_command("ACL", "DELUSER", "aiolock")
+
+
+async def test_info_denied_is_logged_once_per_node_and_not_quarantined(
+    servers: Servers, clients: list[redis.Redis], name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    no_info = MINIMAL_ACL.replace(" +info", "")
+    for client in clients[:3]:
+        await client.execute_command("ACL", "SETUSER", "aiolock", *no_info.split())
+    urls = [url.replace("redis://", "redis://aiolock:lockpass@") for url in servers[:3]]
+    try:
+        # The default grace (30 s) would quarantine these young servers if it could
+        # read their uptime; it cannot, so it says so and lets them vote.
+        async with LockManager(urls, restart_grace=None) as locks:
+            for _ in range(2):
+                async with locks.lock(name, ttl=1.0) as lock:
+                    assert lock.fencing_token is not None
+        warnings = [r for r in caplog.records if "cannot read INFO server" in r.getMessage()]
+        # Once per node and connection kind (hot path, renewal), not per request.
+        assert 3 <= len(warnings) <= 6, [w.getMessage() for w in warnings]
+        assert all("lockpass" not in w.getMessage() for w in warnings)
+    finally:
+        for client in clients[:3]:
             await client.execute_command("ACL", "DELUSER", "aiolock")
 
 
@@ -329,6 +354,114 @@ async def _clients(urls: Servers) -> AsyncIterator[list[redis.Redis]]:
     finally:
         for client in made:
             await client.aclose()
+
+
+# -- restart quarantine (issue 15) --------------------------------------------------------
+
+
+async def _restart(servers: Servers, which: range) -> float:
+    """Kill and restart these servers empty; return when the last one was back."""
+    for i in which:
+        server = servers.servers[i]
+        assert isinstance(server, Server)
+        await server.restart()
+    return time.monotonic()
+
+
+async def _past_their_grace(locks: LockManager, name: str, grace: float) -> None:
+    """Wait until the servers (restarted by earlier tests, maybe) are out of quarantine."""
+    deadline = time.monotonic() + grace + 3
+    while True:
+        with contextlib.suppress(QuorumError):
+            lock = locks.lock(name, ttl=1.0, auto_renew=False)
+            if await lock.acquire(timeout=0):
+                await lock.release()
+                return
+        assert time.monotonic() < deadline, "the servers stayed in quarantine"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_majority_restarted_empty_is_quarantined_until_the_holder_is_gone(
+    servers: Servers, name: str
+) -> None:
+    grace = 3.0
+    holder_done = asyncio.Event()
+    restarted = asyncio.Event()
+    restarted_at = math.inf
+
+    async def hold() -> None:
+        nonlocal restarted_at
+        try:
+            async with a_side.lock(name, ttl=1.0):
+                restarted_at = await _restart(servers, range(3))
+                restarted.set()
+                await asyncio.sleep(10)
+        except aiolock.LockLost:
+            pass
+        finally:
+            holder_done.set()
+
+    async with (
+        LockManager(servers, node_timeout=0.1, restart_grace=grace) as a_side,
+        LockManager(servers, node_timeout=0.1, restart_grace=grace) as b_side,
+    ):
+        await _past_their_grace(a_side, name, grace)
+        holder = asyncio.create_task(hold())
+        await restarted.wait()
+        # A manager that meets the servers only now knows them by their uptime.
+        async with LockManager(servers, node_timeout=0.1, restart_grace=grace) as c_side:
+            with pytest.raises(QuorumError, match="quarantined"):
+                await c_side.lock(name).acquire(timeout=0)
+        quarantined = 0
+        while True:
+            contender = b_side.lock(name, ttl=1.0, auto_renew=False)
+            refused = ""
+            try:
+                taken = await contender.acquire(timeout=0)
+            except QuorumError as exc:
+                refused, taken = str(exc), False
+            assert not refused or "quarantined" in refused or holder_done.is_set(), refused
+            quarantined += "quarantined" in refused
+            if taken:
+                break
+            assert time.monotonic() - restarted_at < grace + 5, "never acquired after the grace"
+            await asyncio.sleep(0.05)
+        taken_at = time.monotonic()
+        # Never while the holder's body ran; and only once the grace had passed.
+        assert holder_done.is_set()
+        assert taken_at >= restarted_at + grace - 1.0  # uptime is counted in whole seconds
+        assert quarantined > 0
+        await contender.release()
+        await holder
+
+
+async def test_a_node_whose_run_id_changed_is_quarantined_whatever_its_uptime(
+    servers: Servers, name: str
+) -> None:
+    grace = 1.5
+    async with redis_servers(1) as spare, proxies(servers[:1]) as (proxy,):
+        await asyncio.sleep(grace + 1.0)  # every server is older than the grace now
+        nodes = [proxy.url, servers[1], servers[2]]
+        async with LockManager(nodes, node_timeout=0.1, restart_grace=grace) as locks:
+            async with locks.lock(name, ttl=1.0):
+                pass
+            # A failover behind the same address: another server, with its own run_id.
+            proxy.target_port = spare.servers[0].port
+            proxy.reset()
+            server2 = servers.servers[2]
+            assert isinstance(server2, Server)
+            server2.kill()  # the quorum of 2 now needs the switched node
+            await asyncio.sleep(0.2)  # the node notices the reset
+            changed_at = time.monotonic()
+            with pytest.raises(QuorumError, match="quarantined"):
+                await locks.lock(name).acquire(timeout=0)
+            while True:
+                with contextlib.suppress(QuorumError):
+                    if await locks.lock(name, ttl=1.0, auto_renew=False).acquire(timeout=0):
+                        break
+                assert time.monotonic() - changed_at < grace + 3
+                await asyncio.sleep(0.05)
+            assert time.monotonic() - changed_at >= grace - 0.3
 
 
 async def test_majority_restarted_empty_while_held_is_lost(servers: Servers, name: str) -> None:

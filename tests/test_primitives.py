@@ -109,7 +109,8 @@ from aiolock import LockManager
 
 async def main(nodes):
     out = []
-    async with LockManager(nodes) as locks:
+    # restart_grace=0: the suite's servers, started (and restarted) empty by it.
+    async with LockManager(nodes, restart_grace=0) as locks:
         async def task():
             for _ in range(8):
                 async with locks.semaphore("sem-limit", 3, ttl=5, timeout=60):

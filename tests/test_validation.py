@@ -77,6 +77,10 @@ def test_odd_number_of_nodes_is_not_logged(n: int, caplog: pytest.LogCaptureFixt
         ({"drift_factor": 1.0}, ValueError),
         ({"drift_factor": math.nan}, ValueError),
         ({"prefix": 3}, TypeError),
+        ({"restart_grace": -1}, ValueError),
+        ({"restart_grace": math.nan}, ValueError),
+        ({"restart_grace": math.inf}, ValueError),
+        ({"restart_grace": "30"}, TypeError),
     ],
 )
 def test_bad_manager_options_are_rejected(
@@ -171,3 +175,16 @@ def test_a_redis_cluster_client_is_one_node_named_after_its_servers() -> None:
     assert locks.quorum == 2
     assert "redis-cluster://127.0.0.1:1,127.0.0.1:2" in repr(locks)
     assert "s3cret" not in repr(locks)
+
+
+def test_restart_grace_defaults_to_the_longest_ttl_used_and_at_least_30_s() -> None:
+    locks = LockManager(NODES, restart_grace=None)
+    assert locks.restart_grace == 30.0
+    locks.lock("short", ttl=5)
+    assert locks.restart_grace == 30.0
+    locks.semaphore("long", 2, ttl=90)
+    assert locks.restart_grace == 90.0
+    locks.lock_many(["a", "b"], ttl=120)
+    assert locks.restart_grace == 120.0
+    assert LockManager(NODES, restart_grace=0).restart_grace == 0.0
+    assert LockManager(NODES, restart_grace=2.5).restart_grace == 2.5

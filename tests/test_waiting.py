@@ -184,7 +184,8 @@ from aiolock.testing import Servers
 
 async def main(counter, nodes):
     inside = []
-    async with LockManager(nodes) as locks:
+    # restart_grace=0: the suite's servers, started (and restarted) empty by it.
+    async with LockManager(nodes, restart_grace=0) as locks:
         async def task():
             for _ in range(15):
                 async with locks.lock("cross-process", ttl=5, timeout=60):
