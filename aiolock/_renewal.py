@@ -80,9 +80,7 @@ class Renewal:
         self._timer: asyncio.TimerHandle | None = None
         max_hold = lock.max_hold
         self.hold_until = math.inf if max_hold is None else now + max_hold
-        self.due = now + lock.ttl / 3
-        self.give_up_at = math.inf
-        self.validity_changed(lock.ttl)
+        self.validity_changed(lock.ttl)  # sets due and give_up_at, arms the timer
 
     def validity_changed(self, ttl: float) -> None:
         """The lock's validity was set by an extension of ``ttl``: move the schedule.
