@@ -6,7 +6,7 @@ import asyncio
 import functools
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
@@ -32,6 +32,24 @@ def _no_restart_quarantine_unless_chosen(monkeypatch: pytest.MonkeyPatch) -> Non
         original(self, nodes, **kwargs)
 
     monkeypatch.setattr(aiolock.LockManager, "__init__", init)
+
+
+@pytest.fixture(autouse=True)
+def _no_failed_renewal_tick(
+    request: pytest.FixtureRequest, caplog: pytest.LogCaptureFixture
+) -> Iterator[None]:
+    """A renewal tick that raised is a bug, even though the renewer survives it.
+
+    The renewer logs the exception and retries (so one bad tick never ends renewal for
+    every lock): without this check, a broken renewal path would pass any test whose
+    lock happens to survive the retries. Tests that inject a failing tick say so.
+    """
+    yield
+    if request.node.get_closest_marker("renewal_tick_may_fail"):
+        return
+    records = [r for when in ("setup", "call") for r in caplog.get_records(when)]
+    failed = [r for r in (*records, *caplog.records) if "a renewal tick failed" in r.getMessage()]
+    assert not failed, f"a renewal tick raised: {failed[0].exc_text or failed[0].getMessage()}"
 
 
 @pytest.fixture(scope="session")

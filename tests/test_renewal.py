@@ -256,6 +256,7 @@ async def test_outer_cancellation_is_not_turned_into_lock_lost(
     assert await locks.lock(name).acquire(timeout=0)
 
 
+@pytest.mark.renewal_tick_may_fail
 async def test_a_failing_renewal_tick_does_not_end_renewal(
     locks: LockManager, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
