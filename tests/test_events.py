@@ -35,6 +35,8 @@ async def test_events_for_acquire_release_timeout_and_loss(
     assert released.seconds >= 0.05
     lost = next(e for e in events if e.kind == "lost")
     assert isinstance(lost.error, LockLost)
+    assert lost.name == name
+    assert 0.0 < lost.seconds < 5.0  # held until the loss, from acquisition
 
 
 async def test_outage_event_and_warning_log_never_show_tokens(

@@ -101,6 +101,8 @@ async def test_majority_hung_cancels_holder_before_validity_runs_out(
         # Told at least half the promised guard before expiry, not merely before it.
         assert left_at_cancel[0] >= _guard(1.0) / 2, left_at_cancel
         assert isinstance(info.value.__cause__, QuorumError)
+        reason = "lost: no quorum confirmed the renewal before validity ran out"
+        assert str(info.value).endswith(reason), str(info.value)
 
 
 async def test_wait_lost_returns_before_validity_ends(servers: Servers, name: str) -> None:
