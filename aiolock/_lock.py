@@ -373,8 +373,9 @@ class Lock:
             raise LockNotOwned(f"lock {self._name!r} had expired; it is not re-created")
         quorum = manager._quorum
         extension = self._begin_extension()
+        start = manager._clock()  # the requests go out now: no await before them
 
-        def settle(votes: Votes, start: float) -> None:
+        def settle(votes: Votes) -> None:
             # Runs even if we are cancelled meanwhile: the nodes applied it anyway.
             self._end_extension(extension, token, start, new_ttl, won=votes.won)
 

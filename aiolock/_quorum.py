@@ -509,14 +509,13 @@ class Quorum:
         token: bytes,
         ttl: float,
         *,
-        then: Callable[[Votes, float], None] | None = None,
+        then: Callable[[Votes], None] | None = None,
     ) -> tuple[Votes, float | None]:
         """Compare-and-PEXPIRE on every node; never cancelled midway.
 
         Returns the votes and the new expiry time (``None`` when not extended on a
-        quorum in time). ``then(votes, start)`` is called once the votes are decided,
-        also when the caller is cancelled meanwhile (before the cancellation is
-        re-raised): ``start`` is the monotonic time just before the requests went out.
+        quorum in time). ``then(votes)`` is called once the votes are decided, also
+        when the caller is cancelled meanwhile (before the cancellation is re-raised).
         """
         args = (b"1", key, token, b"%d" % milliseconds(ttl))
 
@@ -524,8 +523,7 @@ class Quorum:
             node.call_script(EXTEND_SCRIPT, args, callback)
 
         start = self.clock()
-        settle = None if then is None else functools.partial(_then_with, then, start)
-        votes = await self._run(send, _is_one, shielded=True, then=settle)
+        votes = await self._run(send, _is_one, shielded=True, then=then)
         if votes.won:
             expires_at = start + ttl - drift(ttl, self.drift_factor)
             if expires_at > self.clock():
@@ -638,10 +636,6 @@ class BatchVotes:
                 if (ni, lo) not in self._answered:
                     error = TimeoutError(f"{node.name}: no reply within {timeout:g}s")
                     self.record(node, ni, lo, hi, error)
-
-
-def _then_with(then: Callable[[Votes, float], None], start: float, votes: Votes) -> None:
-    then(votes, start)
 
 
 def milliseconds(seconds: float) -> int:

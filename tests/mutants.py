@@ -54,8 +54,8 @@ MUTANTS = [
     Mutant(
         "extend() not shielded from the caller's cancellation",
         "aiolock/_quorum.py",
-        "votes = await self._run(send, _is_one, shielded=True, then=settle)",
-        "votes = await self._run(send, _is_one, shielded=False, then=settle)",
+        "votes = await self._run(send, _is_one, shielded=True, then=then)",
+        "votes = await self._run(send, _is_one, shielded=False, then=then)",
         ("tests/test_lock.py",),
     ),
     Mutant(
