@@ -408,16 +408,13 @@ class LockManager:
         return None
 
     def _check_same_servers(self) -> None:
-        """At first contact: refuse nodes that are one server behind two addresses."""
+        """At first contact: refuse to start when a node turned out to be another's server.
+
+        ``_on_identity`` found it (and refused its votes) as each node identified itself.
+        """
         for node in self._nodes:
-            if isinstance(node, Node):
-                other = self._same_server(node)
-                if other is not None:
-                    raise ValueError(
-                        f"{node.name} and {other.name} are the same server (run_id "
-                        f"{other.run_id!r}): it would count as two votes and fake a "
-                        "quorum; give each server once"
-                    )
+            if isinstance(node, Node) and node.refusal is not None:
+                raise ValueError(f"{node.refusal}; give each server once")
 
     def _on_identity(self, node: Node) -> None:
         """A node (re)connected: it must not be the server of another node."""

@@ -307,10 +307,8 @@ class Node:
         self._last_error: Exception = RedisConnectionError(f"{self.name}: not connected yet")
         self._closed = False
         #: The server's ``run_id`` as of the current connection (``None``: not known
-        #: yet, or ``INFO`` is not allowed), and when it started, on our monotonic
-        #: clock (from its ``uptime_in_seconds``).
+        #: yet, or ``INFO`` is not allowed).
         self.run_id: bytes | None = None
-        self.started_at: float | None = None
         #: Since when the node counts as restarted (monotonic): its server's start, or
         #: the moment we saw its ``run_id`` change (a restart or a failover behind the
         #: same address); ``None`` when unknown (``INFO`` denied). See restart_grace.
@@ -327,6 +325,11 @@ class Node:
     def __repr__(self) -> str:
         state = "connected" if self._transport is not None else "disconnected"
         return f"<Node {self.name} {state}>"
+
+    @property
+    def refusal(self) -> Exception | None:
+        """Why the node's requests fail at once, if :meth:`refuse` was called."""
+        return self._refused
 
     def refuse(self, error: Exception | None) -> None:
         """Fail every request with ``error`` until called with ``None`` or reconnected.
@@ -426,7 +429,7 @@ class Node:
         # Who the server is, first: on an ordered connection its reply comes before
         # any other, so every reply is counted knowing it (same-server check, restart
         # quarantine). One command per connection, never per request.
-        self.run_id = self.started_at = None
+        self.run_id = None
         self._refused = None
         self._identified = asyncio.get_running_loop().create_future()
         transport.write(pack(_INFO_SERVER))
@@ -453,10 +456,8 @@ class Node:
             now = time.monotonic()
             self.run_id = fields.get("run_id", "").encode() or None
             uptime = fields.get("uptime_in_seconds", "")
-            if uptime.isdigit():
-                # Whole seconds, rounded down: the start looks later, never earlier.
-                self.started_at = now - int(uptime)
-            restarted_at = self.started_at
+            # Whole seconds, rounded down: the start looks later, never earlier.
+            restarted_at = now - int(uptime) if uptime.isdigit() else None
             if self.run_id is not None:
                 if self._last_run_id is not None and self.run_id != self._last_run_id:
                     # Another server behind the same address (restarted, or a replica

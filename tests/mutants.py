@@ -132,8 +132,8 @@ MUTANTS = [
     Mutant(
         "a young server (uptime) is not a restart",
         "aiolock/_node.py",
-        "                self.started_at = now - int(uptime)\n",
-        "                pass\n",
+        "restarted_at = now - int(uptime) if uptime.isdigit() else None",
+        "restarted_at = None",
         (
             "tests/test_failures.py::test_a_majority_restarted_empty_is_quarantined_until_the_holder_is_gone",
         ),
