@@ -77,12 +77,12 @@ class Nemesis:
             if self.majority and loop.time() >= next_majority:
                 if self.faulty:
                     continue  # let the running faults end first, and start none
-                if self.injected["pause_majority"] <= self.injected["restart_majority"]:
-                    self.injected["pause_majority"] += 1
-                    await self._pause_majority(minority + 1)
-                else:
-                    self.injected["restart_majority"] += 1
-                    await self._restart_majority(minority + 1)
+                injected = self.injected
+                kind = "pause_majority"  # then restarts, in turn
+                if injected["pause_majority"] > injected["restart_majority"]:
+                    kind = "restart_majority"
+                self.injected[kind] += 1
+                await self._majority(kind, minority + 1)
                 next_majority = loop.time() + self.rng.uniform(4.0, 10.0)
                 continue
             if len(self.faulty) >= minority or not healthy:
@@ -99,34 +99,27 @@ class Nemesis:
             task.add_done_callback(self._tasks.discard)
         await asyncio.gather(*self._tasks)
 
-    async def _pause_majority(self, count: int) -> None:
+    async def _majority(self, kind: str, count: int) -> None:
+        """Pause a majority (``pause_majority``), or kill it and restart it at once, empty
+        (``restart_majority``: new run_ids while locks are held)."""
         chosen = self.rng.sample(range(len(self.servers)), count)
-        self.faulty.update(chosen)
-        paused = [self.servers.servers[i] for i in chosen]
-        try:
-            for server in paused:
-                assert isinstance(server, Server)
-                server.pause()
-            # Up to the longest ttl: long enough that renewals fail for longer than
-            # the validity of many holders, which must then be told in time.
-            await asyncio.sleep(self.rng.uniform(0.5, RENEW_TTL[1]))
-        finally:
-            for server in paused:
-                assert isinstance(server, Server)
-                server.resume()
-            self.faulty.difference_update(chosen)
-
-    async def _restart_majority(self, count: int) -> None:
-        """Kill a majority and restart it at once, empty (new run_ids), while held."""
-        chosen = self.rng.sample(range(len(self.servers)), count)
+        servers = [self.servers.servers[i] for i in chosen]
+        assert all(isinstance(server, Server) for server in servers)
         self.faulty.update(chosen)
         try:
-            for i in chosen:
-                server = self.servers.servers[i]
-                assert isinstance(server, Server)
-                await server.restart()
-            await asyncio.sleep(self.rng.uniform(0.5, 2.0))
+            if kind == "pause_majority":
+                for server in servers:
+                    server.pause()
+                # Up to the longest ttl: renewals fail for longer than the validity of
+                # many holders, which must then be told in time.
+                await asyncio.sleep(self.rng.uniform(0.5, RENEW_TTL[1]))
+            else:
+                for server in servers:
+                    await server.restart()
+                await asyncio.sleep(self.rng.uniform(0.5, 2.0))
         finally:
+            for server in servers:
+                server.resume()  # (a no-op on a restarted server)
             self.faulty.difference_update(chosen)
 
     async def _fault(self, kind: str, i: int) -> None:
@@ -264,8 +257,9 @@ async def test_chaos_with_renewal_and_majority_pauses(servers: Servers) -> None:
         f"holders told of a loss, least margin before validity ended "
         f"{stats['least_margin_ms']} ms, client-side errors {dict(errors)}"
     )
-    # (Each majority restart is an outage of restart_grace, 7 s: fewer sections.)
-    assert stats["sections"] >= 12
+    # The run did something. (Each majority restart is an outage of restart_grace, 7 s,
+    # and restarted minorities are quarantined too: 12 to 18 sections were seen.)
+    assert stats["sections"] >= 8
     assert nemesis.injected["pause_majority"] >= 1
     assert nemesis.injected["restart_majority"] >= 1
 
