@@ -1,22 +1,72 @@
-"""Sessions: tests, lint, typing, bench_short (the default, what CI runs); demo, bench,
-chaos and mutants (long) on demand."""
+"""Sessions: `nox` runs what CI runs (tests on this Python, lint, typing, compat on the
+redis-py floor, a short benchmark); the redis-py matrix, other Pythons, the demo,
+benchmarks, chaos and mutants (long) on demand."""
+
+import glob
+import os
+import sys
 
 import nox
 
-nox.options.sessions = ["tests", "lint", "typing", "bench_short"]
+#: Every redis-py minor line we support, floor first (README's support table).
+REDIS_PY = [
+    "5.0", "5.1", "5.2", "5.3",
+    "6.0", "6.1", "6.2", "6.3", "6.4",
+    "7.0", "7.1", "7.2", "7.3", "7.4",
+    "8.0", "8.1",
+]  # fmt: skip
+FLOOR, LATEST = REDIS_PY[0], REDIS_PY[-1]
+#: The CPython versions of the classifiers, and the one running nox.
+THIS_PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
+PYTHONS = sorted({"3.11", "3.12", "3.13", THIS_PYTHON}, key=lambda v: tuple(map(int, v.split("."))))
+#: What the compat runs cover: nodes, transports, cluster, sentinel, CLI, failures.
+COMPAT_TESTS = [
+    "tests/test_lock.py", "tests/test_validation.py", "tests/test_transports.py",
+    "tests/test_cluster.py", "tests/test_sentinel.py", "tests/test_cli.py",
+    "tests/test_failures.py", "tests/test_waiting.py",
+]  # fmt: skip
+
+nox.options.sessions = [
+    f"tests-{THIS_PYTHON}", "lint", f"typing({FLOOR})", f"typing({LATEST})",
+    f"compat({FLOOR})", "bench_short",
+]  # fmt: skip
 nox.options.reuse_existing_virtualenvs = True
-nox.options.error_on_missing_interpreters = True
+# A Python that is not installed is skipped with a message (`nox -s tests` on a
+# machine with one Python); CI runs only the Python running nox.
+nox.options.error_on_missing_interpreters = False
+
+# pyenv's interpreters are not on PATH by their versioned names: let nox find them.
+_PYENV = os.path.expanduser(os.environ.get("PYENV_ROOT", "~/.pyenv"))
+for _bin in sorted(glob.glob(os.path.join(_PYENV, "versions", "3.*", "bin"))):
+    if _bin not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] += os.pathsep + _bin
 
 # Pinned: a new ruff release may bring new rules or formatting (markdown, say).
 RUFF = "ruff==0.17.6"
 PYTHON_PATHS = ["aiolock", "tests", "examples", "benchmarks", "noxfile.py"]
 
 
-@nox.session
+def _redis_py(line: str) -> str:
+    return f"redis[hiredis]=={line}.*"
+
+
+@nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
-    """The whole test suite against real servers started by the suite."""
+    """The whole test suite against real servers started by the suite, on each Python."""
     session.install("-e", ".[test]")
     session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session
+@nox.parametrize("redis_py", REDIS_PY, ids=REDIS_PY)
+def compat(session: nox.Session, redis_py: str) -> None:
+    """The tests of nodes, cluster, sentinel, CLI and failures on one redis-py line.
+
+    `nox -s compat` runs every line (about 2 minutes each), `nox -s "compat(6.4)"` one.
+    """
+    session.install("-e", ".[test]", _redis_py(redis_py))
+    session.run("python", "-m", "pip", "show", "redis", silent=False)
+    session.run("python", "-m", "pytest", *(session.posargs or COMPAT_TESTS))
 
 
 @nox.session
@@ -28,9 +78,10 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session
-def typing(session: nox.Session) -> None:
-    """mypy --strict on the package."""
-    session.install("-e", ".[test]", "mypy>=1.10")
+@nox.parametrize("redis_py", [FLOOR, LATEST], ids=[FLOOR, LATEST])
+def typing(session: nox.Session, redis_py: str) -> None:
+    """mypy --strict on the package, against the redis-py floor and the latest."""
+    session.install("-e", ".[test]", "mypy>=1.10", _redis_py(redis_py))
     session.run("mypy", "--strict", "aiolock")
 
 

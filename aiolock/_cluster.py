@@ -48,11 +48,11 @@ from ._node import (
     Callback,
     Node,
     Script,
-    cluster_addresses,
     cluster_endpoint,
     ignore,
     node_name,
 )
+from ._redis import cluster_addresses
 
 __all__ = ["ClusterNode", "is_cluster"]
 

@@ -32,18 +32,22 @@ from typing import Any, Final, Protocol, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import hiredis
-
-# redis-py's own parser turns an error reply into the matching exception class
-# (NoScriptError, ReadOnlyError, NoPermissionError, AuthenticationError, ...).
-from redis._parsers.base import BaseParser
 from redis.asyncio import Redis, RedisCluster
-from redis.asyncio.connection import AbstractConnection, Connection, parse_url
+from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, ResponseError
 
 from ._events import logger
+from ._redis import (
+    cluster_addresses,
+    cluster_connection,
+    connection_settings,
+    error_from_reply,
+    sentinel_service,
+    take_over,
+)
 
 __all__ = [
     "Callback",
@@ -103,15 +107,9 @@ def _display_url(url: str) -> str:
 
 
 def _connection_kwargs(spec: NodeSpec) -> tuple[type[AbstractConnection], dict[str, Any]]:
-    if isinstance(spec, str):
-        kwargs: dict[str, Any] = dict(parse_url(spec))
-        cls = kwargs.pop("connection_class", Connection)
-    elif isinstance(spec, RedisCluster):  # pragma: no cover - routed by ClusterNode
+    if isinstance(spec, RedisCluster):  # pragma: no cover - routed by ClusterNode
         raise TypeError("a cluster has one connection per server: see cluster_endpoint()")
-    else:
-        pool = spec.connection_pool
-        kwargs = dict(pool.connection_kwargs)
-        cls = pool.connection_class
+    cls, kwargs = connection_settings(spec)
     # Our replies are parsed as RESP2 by our own reader; redis-py must not retry a
     # connect for seconds either: the node's back-off below decides when to retry.
     kwargs["protocol"] = 2
@@ -130,7 +128,7 @@ def node_key(spec: NodeSpec) -> tuple[object, ...]:
             f"redis.asyncio.RedisCluster client, not {type(spec).__name__}"
         )
     if not isinstance(spec, str):
-        service = getattr(spec.connection_pool, "service_name", None)
+        service = sentinel_service(spec)
         if service is not None:  # Sentinel-managed: the node is the service, not an address
             return ("sentinel", service, id(spec.connection_pool))
     _cls, kwargs = _connection_kwargs(spec)
@@ -150,7 +148,7 @@ def node_name(spec: NodeSpec) -> str:
         return _display_url(spec)
     if isinstance(spec, RedisCluster):
         return "redis-cluster://" + ",".join(f"{h}:{p}" for h, p in cluster_addresses(spec))
-    service = getattr(spec.connection_pool, "service_name", None)
+    service = sentinel_service(spec)
     if service is not None:
         return f"sentinel://{service}"
     kwargs = spec.connection_pool.connection_kwargs
@@ -159,24 +157,11 @@ def node_name(spec: NodeSpec) -> str:
     return f"redis://{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"
 
 
-def cluster_addresses(client: RedisCluster) -> list[tuple[str, int]]:
-    """The ``(host, port)`` of each server a cluster client starts from."""
-    return [(node.host, int(node.port)) for node in client.nodes_manager.startup_nodes.values()]
-
-
 def cluster_endpoint(
     client: RedisCluster, address: tuple[str, int], connect_timeout: float
 ) -> _Endpoint:
     """How to connect to the server at ``address`` of ``client``'s cluster."""
-    template = next(iter(client.nodes_manager.startup_nodes.values()))
-    kwargs = dict(template.connection_kwargs)
-    host, port = address
-    remap = client.nodes_manager.address_remap
-    if remap is not None:  # e.g. the cluster announces addresses behind a NAT
-        host, port = remap((host, port))
-    kwargs["host"], kwargs["port"] = host, port
-    settings = (f"redis://{host}:{port}", template.connection_class, kwargs)
-    return _Endpoint(None, connect_timeout, settings=settings)
+    return _Endpoint(None, connect_timeout, settings=cluster_connection(client, address))
 
 
 def subscriber_endpoints(spec: NodeSpec, connect_timeout: float = 2.0) -> list[_Endpoint]:
@@ -251,11 +236,10 @@ class _Endpoint:
         # Take the transport over from redis-py once the handshake (TLS, AUTH,
         # SELECT, CLIENT SETNAME) is done; detach it so the connection object
         # neither closes it nor warns about it.
-        writer = conn._writer
+        writer = take_over(conn)
         if writer is None:  # pragma: no cover - connect() returned without a stream
             raise RedisConnectionError(f"{self.name}: connection closed during handshake")
         transport = writer.transport
-        conn._writer = conn._reader = None
         if transport.is_closing():
             raise RedisConnectionError(f"{self.name}: connection closed during handshake")
         # (uvloop's transports are not asyncio.Transport subclasses, but alike.)
@@ -499,7 +483,7 @@ class Node:
                 return
             callback, script, sent_args, _sent = pending.popleft()
             if isinstance(reply, hiredis.ReplyError):
-                error: Exception = BaseParser.parse_error(str(reply))  # type: ignore[no-untyped-call]
+                error = error_from_reply(self.name, str(reply))
                 if script is not None and isinstance(error, NoScriptError):
                     # The script cache was flushed (SCRIPT FLUSH, restart): send
                     # the source. Later requests may run before this one; only the
@@ -509,10 +493,6 @@ class Node:
                         self._write(pack(retry))
                         pending.append((callback, None, retry, time.monotonic()))
                         continue
-                # The class tells the kind (ReadOnlyError, NoPermissionError, ...);
-                # the message keeps the server's own words, code first (READONLY,
-                # OOM, NOPERM, ...), after the node's name.
-                error.args = (f"{self.name}: {reply}",)
                 reply = error
             if self._refused is not None and callback != self._on_info:
                 reply = self._refused

@@ -10,6 +10,7 @@ __all__ = [
     "ACQUIRE",
     "EXTEND",
     "EXTEND_MANY",
+    "FORCE_RELEASE",
     "NOT_FREE",
     "RAISE_FENCE",
     "RELEASE",
@@ -96,6 +97,15 @@ end
 return 0
 """
 
+# KEYS[1] lock key
+# returns 1 when the key existed and was deleted, else 0; the waiters are woken either
+# way. The CLI's `release --force`, whoever holds the lock: one call, routed by the key
+# on a cluster.
+FORCE_RELEASE = b"""\
+local deleted = redis.call('del', KEYS[1])
+redis.call('publish', KEYS[1] .. ':released', '')
+return deleted
+"""
 
 # KEYS[1] lock key
 # ARGV[1] token

@@ -369,7 +369,8 @@ class Cluster:
         from redis.asyncio.cluster import ClusterNode, RedisCluster  # noqa: PLC0415
 
         nodes = [ClusterNode(host, port) for host, port in self.startup_nodes]
-        return RedisCluster(startup_nodes=nodes, **kwargs)
+        # (redis-py 5's type stubs call RedisCluster abstract.)
+        return RedisCluster(startup_nodes=nodes, **kwargs)  # type: ignore[abstract,unused-ignore]
 
     async def master_of(self, key: bytes | str) -> Server:
         """The server that serves ``key``'s slot now (asked of a live master)."""

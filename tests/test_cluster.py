@@ -46,8 +46,10 @@ async def exists_on(server: Server, name: str) -> bool:
     client = direct(server)
     try:
         return bool(await client.exists(key(name)))
-    except MovedError:  # the server does not serve the key's slot
-        return False
+    except redis.ResponseError as exc:  # MovedError from redis-py 6 on, plain before
+        if isinstance(exc, MovedError) or str(exc).startswith("MOVED"):
+            return False  # the server does not serve the key's slot
+        raise
     finally:
         await client.aclose()
 

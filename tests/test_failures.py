@@ -213,7 +213,7 @@ async def test_missing_and_wrong_passwords(
 
 MINIMAL_ACL = (
     "on >lockpass ~aiolock:* resetchannels &aiolock:* -@all "
-    "+evalsha +eval +script|load +subscribe +unsubscribe +ping +client|setinfo "
+    "+evalsha +eval +script|load +subscribe +unsubscribe +ping "
     "+set +get +del +pexpire +pttl +publish +type +info"
 )
 

@@ -1,0 +1,75 @@
+"""The seam with redis-py (aiolock/_redis.py): error replies by our own table.
+
+Pure logic; the same table is exercised against real servers by the cluster,
+failure and ACL tests, on every redis-py line of `nox -s compat`.
+"""
+
+from __future__ import annotations
+
+import pytest
+from redis.exceptions import (
+    AskError,
+    AuthenticationError,
+    BusyLoadingError,
+    ClusterCrossSlotError,
+    ClusterDownError,
+    MasterDownError,
+    MovedError,
+    NoPermissionError,
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+    TryAgainError,
+)
+
+from aiolock._redis import ERROR_CLASSES, error_from_reply
+
+
+@pytest.mark.parametrize(
+    ("reply", "cls"),
+    [
+        ("NOSCRIPT No matching script. Please use EVAL.", NoScriptError),
+        ("READONLY You can't write against a read only replica.", ReadOnlyError),
+        ("OOM command not allowed when used memory > 'maxmemory'.", OutOfMemoryError),
+        ("NOPERM User aiolock has no permissions to run the 'set' command", NoPermissionError),
+        ("NOAUTH Authentication required.", AuthenticationError),
+        ("WRONGPASS invalid username-password pair or user is disabled.", AuthenticationError),
+        ("LOADING Redis is loading the dataset in memory", BusyLoadingError),
+        ("TRYAGAIN Multiple keys request during rehashing of slot", TryAgainError),
+        ("CLUSTERDOWN The cluster is down", ClusterDownError),
+        ("CROSSSLOT Keys in request don't hash to the same slot", ClusterCrossSlotError),
+        ("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+         MasterDownError),
+    ],
+)  # fmt: skip
+def test_error_replies_get_their_class_and_keep_the_servers_words(
+    reply: str, cls: type[Exception]
+) -> None:
+    error = error_from_reply("redis://h:1", reply)
+    assert type(error) is cls
+    assert error.args == (f"redis://h:1: {reply}",)
+
+
+def test_redirects_are_parsed() -> None:
+    moved = error_from_reply("n", "MOVED 3999 127.0.0.1:6381")
+    assert type(moved) is MovedError
+    assert (moved.slot_id, moved.host, moved.port) == (3999, "127.0.0.1", 6381)
+    ask = error_from_reply("n", "ASK 12 ::1:7000")
+    assert type(ask) is AskError
+    assert (ask.slot_id, ask.host, ask.port) == (12, "::1", 7000)
+    assert str(moved) == "n: MOVED 3999 127.0.0.1:6381"
+
+
+@pytest.mark.parametrize(
+    "reply", ["ERR unknown command 'FOO'", "WRONGTYPE Operation against a key", "MOVED garbage"]
+)
+def test_other_replies_are_plain_response_errors(reply: str) -> None:
+    error = error_from_reply("n", reply)
+    assert type(error) is ResponseError
+    assert error.args == (f"n: {reply}",)
+
+
+def test_every_class_of_the_table_is_a_redis_error() -> None:
+    assert all(issubclass(cls, RedisError) for cls in ERROR_CLASSES.values())
