@@ -124,6 +124,36 @@ async def test_a_cluster_is_one_node_and_each_name_lives_on_its_slots_master(
             assert not await exists_on(owner, name)
 
 
+async def test_cli_inspects_and_force_releases_a_cluster_lock(
+    cluster: Cluster, cluster_client: Any
+) -> None:
+    name = names_on_every_master(1)[2]
+    url = f"redis://127.0.0.1:{cluster.masters[0].port}"
+    async with aiolock.LockManager([cluster_client]) as locks:
+        holder = locks.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire()
+        waiter = asyncio.create_task(locks.lock(name, ttl=30).acquire(timeout=20))
+        await asyncio.sleep(0.1)
+        cli = (sys.executable, "-m", "aiolock")
+        inspect = await asyncio.create_subprocess_exec(
+            *cli, "inspect", name, "--cluster", url, stdout=asyncio.subprocess.PIPE
+        )
+        out, _ = await inspect.communicate()
+        assert inspect.returncode == 0
+        assert "held by" in out.decode()
+        # (RedisCluster has no publish() before redis-py 8: the waiters must still be
+        # woken, and the node not reported unreachable.)
+        release = await asyncio.create_subprocess_exec(
+            *cli, "release", name, "--force", "--yes", "--cluster", url,
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        out, _ = await release.communicate()
+        assert release.returncode == 0, out
+        assert "deleted" in out.decode()
+        assert "unreachable" not in out.decode()
+        assert await asyncio.wait_for(waiter, 10)  # woken, not left waiting for 30 s
+
+
 async def test_two_clients_of_one_cluster_are_a_duplicate_node(cluster: Cluster) -> None:
     first, second = cluster.client(), cluster.client()
     try:
