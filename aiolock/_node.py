@@ -577,12 +577,24 @@ def _as_connection_error(name: str, exc: Exception) -> Exception:
     return RedisConnectionError(f"{name}: cannot connect: {exc}")
 
 
+#: After pub/sub was refused by a node, how long before a new subscription tries again.
+PUBSUB_RETRY: Final = 30.0
+#: Connections lost before the node confirmed any subscription on them, in a row,
+#: after which pub/sub counts as refused (a proxy that closes on SUBSCRIBE).
+PUBSUB_DROPS: Final = 3
+
+
 class Subscriber:
     """One pub/sub connection to a node, shared by every channel the manager waits on.
 
     Connected on first use and subscribed only to the channels someone waits on. If
     the connection is lost, ``on_reset`` is called (a message may have been missed)
     and the connection is re-established in the background while channels remain.
+
+    Where the node refuses pub/sub (an ACL without ``+subscribe``, a proxy without
+    it), :attr:`refused` says why (a WARNING is logged once), subscriptions are
+    confirmed at once and the waiters poll instead (see ``Waiting``); a new
+    subscription tries again after :data:`PUBSUB_RETRY` seconds.
     """
 
     def __init__(
@@ -607,6 +619,12 @@ class Subscriber:
         self._reader = hiredis.Reader()
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        #: Why the node does not do pub/sub for us, if it does not (see the class).
+        self.refused: Exception | None = None
+        self._refused_at = 0.0
+        self._refusal_logged = False
+        self._confirmed_on_connection = False
+        self._drops = 0
 
     @property
     def channels(self) -> frozenset[bytes]:
@@ -616,6 +634,12 @@ class Subscriber:
     def subscribe(self, channel: bytes) -> asyncio.Future[None]:
         """Subscribe to ``channel``; the future is done when the node confirmed it."""
         confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.refused is not None:
+            if time.monotonic() - self._refused_at < PUBSUB_RETRY:
+                confirmed.set_result(None)  # nothing to wait for: the waiter polls
+                return confirmed
+            self.refused = None  # try again (the ACL may have been fixed)
+            self._drops = 0
         waiting = self._channels.get(channel)
         if waiting is None:
             self._channels[channel] = [confirmed]
@@ -660,6 +684,7 @@ class Subscriber:
                 self._transport = transport
                 self._writer = writer
                 self._protocol = protocol
+                self._confirmed_on_connection = False
                 if self._channels:
                     transport.write(pack((b"SUBSCRIBE", *self._channels)))
                 return
@@ -679,12 +704,17 @@ class Subscriber:
                 return
             if reply is False:
                 return
+            if isinstance(reply, hiredis.ReplyError):  # SUBSCRIBE refused (NOPERM, ...)
+                self._refuse(error_from_reply(self.name, str(reply)))
+                return
             if not isinstance(reply, list) or len(reply) < 3:
                 continue
             kind, channel = reply[0], reply[1]
             if kind == b"message":
                 self._on_message(channel, reply[2])
             elif kind == b"subscribe":
+                self._confirmed_on_connection = True
+                self._drops = 0
                 waiting = self._channels.get(channel)
                 if waiting:
                     for future in waiting:
@@ -693,8 +723,40 @@ class Subscriber:
                     waiting.clear()
 
     def _on_lost(self, protocol: _ReplyProtocol, exc: Exception | None) -> None:
-        if protocol is self._protocol:
-            self._reset()
+        if protocol is not self._protocol:
+            return
+        if self._channels and not self._confirmed_on_connection:
+            self._drops += 1
+            if self._drops >= PUBSUB_DROPS:
+                reason = f": {exc}" if exc is not None else ""
+                self._refuse(
+                    RedisConnectionError(f"{self.name}: connection closed on SUBSCRIBE{reason}")
+                )
+                return
+        self._reset()
+
+    def _refuse(self, error: Exception) -> None:
+        """The node does not do pub/sub for us: let the waiters poll (see the class)."""
+        self.refused = error
+        self._refused_at = time.monotonic()
+        if not self._refusal_logged:
+            self._refusal_logged = True
+            logger.warning(
+                "aiolock: %s: pub/sub unavailable (%s): waiters poll instead, at most "
+                "until the holder's ttl; allow +subscribe +unsubscribe and the channels",
+                self.name,
+                error,
+            )
+        transport = self._transport
+        if transport is not None:
+            transport.abort()
+        self._transport = self._protocol = self._writer = None
+        channels, self._channels = self._channels, {}
+        for waiting in channels.values():
+            for future in waiting:
+                if not future.done():
+                    future.set_result(None)
+        self._on_reset()  # the waiters now poll: wake them to start
 
     def _reset(self) -> None:
         transport = self._transport

@@ -23,6 +23,10 @@ tens of milliseconds. Instead:
 * **A lost message costs at most one ttl, never a hang**: the head also wakes when
   the holder's key would expire (its PTTL, learnt from the failed attempt), and when
   a pub/sub connection is lost, and never sleeps past the caller's deadline.
+* **Where a node refuses pub/sub** (an ACL without ``+subscribe``, a proxy without
+  it: a WARNING is logged once, see ``Subscriber``), the heads of the queues that
+  listen on it poll: every :data:`POLL_INTERVAL` (with jitter), never longer than
+  the holder's PTTL.
 """
 
 from __future__ import annotations
@@ -61,6 +65,8 @@ _A = TypeVar("_A", bound=Outcome)
 UNKNOWN_HOLDER_WAIT: Final = 0.05
 #: Added to the holder's ttl so that its key has expired everywhere when we retry.
 EXPIRY_SLACK: Final = 0.002
+#: How often a queue's head tries again when pub/sub is refused on one of its nodes.
+POLL_INTERVAL: Final = 0.1
 #: Most handoffs in a row to a waiter of the same process before waiters of other
 #: processes get an equal chance (see Waiting.released).
 LOCAL_STREAK: Final = 4
@@ -218,6 +224,8 @@ class Waiting:
                 if left <= 0:
                     return None
                 sleep = UNKNOWN_HOLDER_WAIT if hint is None else hint + EXPIRY_SLACK
+                if any(listener.refused is not None for listener in queue.listeners):
+                    sleep = min(sleep, POLL_INTERVAL)  # a release may go unheard
                 with anyio.move_on_after(min(left, sleep * random.uniform(1.0, 1.1))):
                     await queue.wake.wait()
         finally:

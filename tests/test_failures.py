@@ -268,6 +268,37 @@ async def test_info_denied_is_logged_once_per_node_and_not_quarantined(
             await client.execute_command("ACL", "DELUSER", "aiolock")
 
 
+async def test_pubsub_refused_by_acl_waiters_poll_and_it_is_logged_once_per_node(
+    servers: Servers, clients: list[redis.Redis], name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    no_pubsub = MINIMAL_ACL.replace(" +subscribe +unsubscribe", "")
+    assert no_pubsub != MINIMAL_ACL
+    for client in clients:
+        await client.execute_command("ACL", "SETUSER", "aiolock", *no_pubsub.split())
+    urls = [url.replace("redis://", "redis://aiolock:lockpass@") for url in servers]
+    try:
+        async with LockManager(servers) as other, LockManager(urls) as locks:
+            for _ in range(2):
+                holder = other.lock(name, ttl=30, auto_renew=False)
+                assert await holder.acquire(timeout=0)
+                started = time.monotonic()
+                waiting = locks.lock(name, ttl=5)
+                waiter = asyncio.create_task(waiting.acquire(timeout=10))
+                await asyncio.sleep(0.3)
+                await holder.release()  # its message is never heard: polled instead
+                assert await waiter  # no exception, no hang
+                assert time.monotonic() - started < 5  # not the holder's 30 s
+                await waiting.release()
+        warnings = [r for r in caplog.records if "pub/sub unavailable" in r.getMessage()]
+        assert warnings, "the refusal is logged"
+        nodes = [r.args[0] for r in warnings if isinstance(r.args, tuple)]
+        assert len(nodes) == len(set(nodes)) <= 3  # once per node it listened on
+        assert all(r.levelname == "WARNING" for r in warnings)
+    finally:
+        for client in clients:
+            await client.execute_command("ACL", "DELUSER", "aiolock")
+
+
 async def test_acl_without_the_prefix_is_a_clear_error(
     servers: Servers, clients: list[redis.Redis], name: str
 ) -> None:
