@@ -71,6 +71,8 @@ REPAIR_SCRIPT: Final = Script(REPAIR)
 SCRIPTS: Final = (ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT, RAISE_FENCE_SCRIPT)
 #: Loaded on first use (NOSCRIPT fallback): most applications never need them.
 RW_SCRIPTS: Final = (RW_READ_SCRIPT, RW_WRITE_SCRIPT, RW_RELEASE_SCRIPT)
+#: How often one node may be asked again with the keys its reply named (see acquire).
+MAX_KEY_ROUNDS: Final = 3
 #: Most locks renewed by one script call (bounds the time a node spends in it).
 BATCH_LIMIT: Final = 1000
 
@@ -379,6 +381,7 @@ class Quorum:
         fence_key: bytes | None = None,
         more_keys: tuple[bytes, ...] = (),
         more_args: tuple[bytes, ...] = (),
+        keys_asked: Callable[[Any], tuple[bytes, ...] | None] | None = None,
     ) -> Attempt:
         """One acquire attempt: ``SET key token NX PX ttl`` (in a script) on every node.
 
@@ -388,6 +391,11 @@ class Quorum:
 
         ``script`` (with ``more_keys`` and ``more_args`` after the usual ones) may
         replace the plain acquire: the read-write lock's take other keys into account.
+        A script declares every key it touches (strict proxies and DragonflyDB refuse
+        others): when it needs keys that only the node knows, it says which, and
+        ``keys_asked`` reads them from its reply; the request is then sent again to
+        that node with those keys appended (at most :data:`MAX_KEY_ROUNDS` times; then
+        the node counts as "held", holder's ttl unknown).
         """
         fence_key = key + FENCE_SUFFIX if fence_key is None else fence_key
         retention = b"%d" % milliseconds(fence_retention(ttl))
@@ -407,6 +415,28 @@ class Quorum:
 
         def send(node: NodeLike, callback: Callback) -> None:
             node.call_script(script, args, callback)
+
+        if keys_asked is not None:
+            asked = keys_asked
+            first = 2 + len(more_keys)
+
+            def send(node: NodeLike, callback: Callback) -> None:
+                rounds = 0
+
+                def on_reply(reply: Any) -> None:
+                    nonlocal rounds
+                    keys = None if isinstance(reply, BaseException) else asked(reply)
+                    if keys is None:
+                        callback(reply)
+                    elif rounds >= MAX_KEY_ROUNDS:
+                        callback([0, -2])  # keys kept changing: held, ttl unknown
+                    else:
+                        rounds += 1
+                        numkeys = b"%d" % (first + len(keys))
+                        again = (numkeys, *args[1 : 1 + first], *keys, *args[1 + first :])
+                        node.call_script(script, again, on_reply)
+
+                node.call_script(script, args, on_reply)
 
         start = self.clock()
         try:

@@ -20,7 +20,8 @@ announced on ``<key>:rw:released``. Handles are renewed like locks.
 from __future__ import annotations
 
 import secrets
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ._lock import _DEFAULT, Lock, _Default
 from ._node import Script
@@ -115,6 +116,9 @@ class _RWHandle(Lock):
     def _more_args(self) -> tuple[bytes, ...]:
         raise NotImplementedError
 
+    #: Reads from a node's reply the keys it asks to be declared (see RW_WRITE).
+    _keys_asked: Callable[[Any], tuple[bytes, ...] | None] | None = None
+
     async def _attempt(self, token: bytes) -> Attempt:
         return await self._manager._quorum.acquire(
             self._key,
@@ -124,6 +128,7 @@ class _RWHandle(Lock):
             fence_key=self._rw.fence_key,
             more_keys=self._more_keys(),
             more_args=self._more_args(),
+            keys_asked=self._keys_asked,
         )
 
     async def _release_votes(self, token: bytes, *, local: bool = False) -> Votes:
@@ -175,6 +180,13 @@ class WriteLock(_RWHandle):
 
     def _more_args(self) -> tuple[bytes, ...]:
         return (self._rw.reader_prefix, b"1" if self._will_wait else b"0")
+
+    def _keys_asked(self, reply: Any) -> tuple[bytes, ...] | None:
+        # {2, id, ...}: the readers whose keys the script must be given.
+        if type(reply) is list and reply and reply[0] == 2:
+            prefix = self._rw.reader_prefix
+            return tuple(prefix + member for member in reply[1:])
+        return None
 
     async def acquire(self, *, timeout: float | _Default | None = _DEFAULT) -> bool:  # noqa: ASYNC109
         """As :meth:`Lock.acquire`; a writer that waits keeps new readers out meanwhile."""

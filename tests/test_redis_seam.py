@@ -1,10 +1,12 @@
-"""The seam with redis-py (aiolock/_redis.py): error replies by our own table.
+"""The seams with redis-py (aiolock/_redis.py) and with strict servers (_scripts.py).
 
 Pure logic; the same table is exercised against real servers by the cluster,
 failure and ACL tests, on every redis-py line of `nox -s compat`.
 """
 
 from __future__ import annotations
+
+import re
 
 import pytest
 from redis.exceptions import (
@@ -24,6 +26,7 @@ from redis.exceptions import (
     TryAgainError,
 )
 
+from aiolock import _scripts
 from aiolock._redis import ERROR_CLASSES, error_from_reply
 
 
@@ -73,3 +76,23 @@ def test_other_replies_are_plain_response_errors(reply: str) -> None:
 
 def test_every_class_of_the_table_is_a_redis_error() -> None:
     assert all(issubclass(cls, RedisError) for cls in ERROR_CLASSES.values())
+
+
+def test_every_script_declares_every_key_it_touches() -> None:
+    """Strict cluster proxies and DragonflyDB refuse a key a script did not declare.
+
+    Every key a script's commands name must be a ``KEYS[...]`` entry; only PUBLISH
+    takes a channel (not a key) built from them.
+    """
+    call = re.compile(r"redis\.p?call\('(\w+)',\s*([^,)]+(?:\]\])?)")
+    checked = 0
+    for name in _scripts.__all__:
+        source = getattr(_scripts, name)
+        if not isinstance(source, bytes) or name == "NOT_FREE":
+            continue
+        for command, first in call.findall(source.decode()):
+            checked += 1
+            if command == "publish":
+                continue
+            assert re.fullmatch(r"KEYS\[.+\]", first.strip()), (name, command, first)
+    assert checked > 30
