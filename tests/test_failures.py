@@ -214,7 +214,7 @@ async def test_missing_and_wrong_passwords(
 MINIMAL_ACL = (
     "on >lockpass ~aiolock:* resetchannels &aiolock:* -@all "
     "+evalsha +eval +script|load +subscribe +unsubscribe +ping "
-    "+set +get +del +pexpire +pttl +publish +type +info"
+    "+set +get +del +pexpire +pttl +publish +type +info +exists +sadd +srem +smembers"
 )
 
 
@@ -235,6 +235,16 @@ async def test_minimal_acl_of_the_readme_is_enough(
                 waiter = asyncio.create_task(locks.lock(name, ttl=5).acquire(timeout=5))
                 await asyncio.sleep(0.05)
             assert await waiter
+            # Every primitive: the read-write lock's scripts call more commands.
+            rw = locks.rwlock(name + ":rw", ttl=5)
+            reader = rw.read()
+            assert await reader.acquire(timeout=0)
+            writer = asyncio.create_task(rw.write().acquire(timeout=5))
+            await asyncio.sleep(0.05)
+            await reader.release()
+            assert await writer
+            async with locks.semaphore(name + ":sem", 2, ttl=5):
+                pass
         # And nothing else: other keys are out of reach.
         limited = redis.Redis.from_url(urls[0])
         with pytest.raises(redis.ResponseError, match=r"NOPERM|No permissions"):
