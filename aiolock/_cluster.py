@@ -18,8 +18,13 @@ What a cluster adds:
   cluster refuses across slots (``CROSSSLOT``). Scripts that declare
   ``per_key_args`` are split by slot and their replies put back in order; a part
   that fails counts as failed for its own keys only.
-- **Pub/sub**: a cluster hears a ``PUBLISH`` on every server, so the waiters'
-  subscriber connects to any one of them (see :class:`~aiolock._node.Subscriber`).
+- **Sharded pub/sub** on Redis 7.0+ and Valkey: releases are announced with
+  ``SPUBLISH`` (to the channel's shard only: a plain ``PUBLISH`` is broadcast to
+  every server of the cluster, and ElastiCache Serverless offers only the sharded
+  kind), and waiters ``SSUBSCRIBE`` on the master of the channel's slot (see
+  :class:`ClusterSubscriber`). Each channel shares its lock's hash tag, so the
+  release script publishes within its own slot. On older servers: ``PUBLISH``,
+  heard on any server.
 
 The cluster is one vote: replication inside it is asynchronous, so a failover can
 lose a lock that was just taken, as with one standalone master and its replica.
@@ -31,6 +36,7 @@ import asyncio
 import contextlib
 import functools
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from redis.asyncio import RedisCluster
@@ -48,13 +54,14 @@ from ._node import (
     Callback,
     Node,
     Script,
+    Subscriber,
     cluster_endpoint,
     ignore,
     node_name,
 )
 from ._redis import cluster_addresses
 
-__all__ = ["ClusterNode", "is_cluster"]
+__all__ = ["ClusterNode", "ClusterSubscriber", "is_cluster"]
 
 #: How many MOVED/ASK redirects one request may follow.
 MAX_REDIRECTS: Final = 5
@@ -64,6 +71,15 @@ TRY_AGAIN_DELAY: Final = 0.01
 SLOTS_REPLY_TIMEOUT: Final = 0.25
 #: The slot map is read again at most this often while replies keep saying it is stale.
 MIN_REFRESH_INTERVAL: Final = 0.1
+#: The first server version with sharded pub/sub (SSUBSCRIBE, SPUBLISH).
+SHARDED_PUBSUB: Final = (7, 0)
+
+
+def sharded(script: Script) -> Script:
+    """``script`` announcing with ``SPUBLISH`` (never failing its caller for it)."""
+    source = script.source.replace(b"redis.call('publish'", b"redis.pcall('spublish'")
+    return Script(source, per_key_args=script.per_key_args)
+
 
 Address = tuple[str, int]
 
@@ -111,7 +127,6 @@ class ClusterNode:
         self._client = client
         self._request_timeout = request_timeout
         self._connect_timeout = connect_timeout
-        self._scripts = scripts
         self._startup: list[Address] = cluster_addresses(client)
         self._servers: dict[Address, Node] = {}
         self._slots: list[Address | None] = [None] * REDIS_CLUSTER_HASH_SLOTS
@@ -121,6 +136,12 @@ class ClusterNode:
         # Requests waiting for the slot map to be read (again), with their deadline.
         self._held: list[tuple[float, _Request]] = []
         self._closed = False
+        # Each script as sent when the cluster has sharded pub/sub (see sharded()).
+        self._sharded_scripts: dict[Script, Script] = {}
+        self._loaded = (*scripts, *(self._as_sharded(script) for script in scripts))
+        #: Whether releases use SPUBLISH and waiters SSUBSCRIBE: every master heard
+        #: from so far runs Redis 7.0+ (or Valkey); None while none was.
+        self.sharded_pubsub: bool | None = None
 
     def __repr__(self) -> str:
         masters = len(set(self._slots) - {None})
@@ -196,10 +217,23 @@ class ClusterNode:
     def _send(self, address: Address, request: _Request) -> None:
         node = self._server(address)
         on_reply = functools.partial(self._on_reply, address, request)
-        if request.script is None:
-            node.call(request.args, on_reply)
+        script = request.script
+        if script is None:
+            args = request.args
+            if self.sharded_pubsub and args[0] == b"PUBLISH":
+                args = (b"SPUBLISH", *args[1:])
+            node.call(args, on_reply)
         else:
-            node.call_script(request.script, request.args, on_reply)
+            if self.sharded_pubsub:
+                script = self._as_sharded(script)
+            node.call_script(script, request.args, on_reply)
+
+    def _as_sharded(self, script: Script) -> Script:
+        swapped = self._sharded_scripts.get(script)
+        if swapped is None:
+            publishes = b"'publish'" in script.source
+            swapped = self._sharded_scripts[script] = sharded(script) if publishes else script
+        return swapped
 
     def _on_reply(self, address: Address, request: _Request, reply: Any) -> None:
         # (MovedError is a subclass of AskError.)
@@ -261,11 +295,31 @@ class ClusterNode:
             node = Node(
                 self._client,
                 request_timeout=self._request_timeout,
-                scripts=self._scripts,
+                scripts=tuple(dict.fromkeys(self._loaded)),
                 endpoint=cluster_endpoint(self._client, address, self._connect_timeout),
             )
+            node.on_identity = self._on_identity
             self._servers[address] = node
         return node
+
+    def _on_identity(self, _node: Node) -> None:
+        versions = [n.server_version for n in self._servers.values()]
+        known = [v for v in versions if v is not None]
+        if known:
+            self.sharded_pubsub = min(known) >= SHARDED_PUBSUB
+
+    def address_of(self, slot: int) -> Address | None:
+        """The master serving ``slot``, as far as the slot map knows."""
+        return self._slots[slot]
+
+    def redirected(self, slot: int, address: Address) -> None:
+        """A server said ``slot`` is served at ``address`` now (MOVED)."""
+        self._slots[slot] = address
+        self._refresh_soon()
+
+    def endpoint(self, address: Address) -> Any:
+        """How to connect to the server at ``address`` (for a subscriber)."""
+        return cluster_endpoint(self._client, address, self._connect_timeout)
 
     def _refresh_soon(self) -> None:
         if self._refreshing is None and not self._closed:
@@ -363,3 +417,93 @@ class ClusterNode:
             request.callback(error)
         for node in self._servers.values():
             await node.aclose()
+
+
+class ClusterSubscriber:
+    """The waiters' pub/sub on a cluster: sharded where the cluster has it.
+
+    With sharded pub/sub each channel is subscribed (``SSUBSCRIBE``) on the master
+    serving its slot, one connection per master; a channel whose slot moves (a
+    ``MOVED`` reply, or the server dropping it) is subscribed again where the slot
+    went, and the waiters are woken (a release may have been missed meanwhile).
+    Otherwise one connection to any server, with plain ``SUBSCRIBE``.
+    """
+
+    def __init__(
+        self,
+        node: ClusterNode,
+        *,
+        on_message: Callable[[bytes, bytes], None],
+        on_reset: Callable[[], None],
+    ) -> None:
+        self.name = node.name
+        self._node = node
+        self._on_message = on_message
+        self._on_reset = on_reset
+        self._plain = Subscriber(node.spec, on_message=on_message, on_reset=on_reset)
+        self._shards: dict[Address, Subscriber] = {}
+        self._where: dict[bytes, Subscriber] = {}
+
+    @property
+    def refused(self) -> Exception | None:
+        """Why pub/sub is refused on a server we listen on, if it is (see Subscriber)."""
+        for subscriber in (self._plain, *self._shards.values()):
+            if subscriber.refused is not None:
+                return subscriber.refused
+        return None
+
+    @property
+    def channels(self) -> frozenset[bytes]:
+        """The channels subscribed to (or about to be)."""
+        return frozenset(self._where)
+
+    def subscribe(self, channel: bytes) -> asyncio.Future[None]:
+        """Subscribe to ``channel``; the future is done when the server confirmed it."""
+        subscriber = self._plain
+        if self._node.sharded_pubsub:
+            address = self._node.address_of(key_slot(channel))
+            if address is not None:
+                subscriber = self._shard(address)
+        self._where[channel] = subscriber
+        return subscriber.subscribe(channel)
+
+    def unsubscribe(self, channel: bytes) -> None:
+        """Stop listening on ``channel``."""
+        subscriber = self._where.pop(channel, None)
+        if subscriber is not None:
+            subscriber.unsubscribe(channel)
+
+    def _shard(self, address: Address) -> Subscriber:
+        subscriber = self._shards.get(address)
+        if subscriber is None:
+            subscriber = self._shards[address] = Subscriber(
+                None,
+                on_message=self._on_message,
+                on_reset=self._on_reset,
+                endpoints=[self._node.endpoint(address)],
+                sharded=True,
+                on_moved=self._moved,
+            )
+        return subscriber
+
+    def _moved(self, channel: bytes, redirect: Exception | None) -> None:
+        if channel not in self._where:
+            return  # unsubscribed meanwhile
+        if isinstance(redirect, MovedError):
+            self._node.redirected(redirect.slot_id, (redirect.host, int(redirect.port)))
+        else:
+            self._node._refresh_soon()
+        # Subscribed again where the map says now: a second MOVED (the map was stale)
+        # comes back here; a release meanwhile may have gone unheard.
+        asyncio.get_running_loop().call_later(MIN_REFRESH_INTERVAL, self._resubscribe, channel)
+        self._on_reset()
+
+    def _resubscribe(self, channel: bytes) -> None:
+        if channel in self._where and not self._node._closed:
+            self.subscribe(channel)
+
+    async def aclose(self) -> None:
+        """Close every connection."""
+        for subscriber in (self._plain, *self._shards.values()):
+            await subscriber.aclose()
+        self._where.clear()

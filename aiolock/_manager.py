@@ -166,7 +166,7 @@ class LockManager:
             self._quorum.veto = self._quarantined
         self._renewer = Renewer(self)
         self._waiting = Waiting(
-            specs,
+            self._nodes,
             clock=self._clock,
             confirm_timeout=max(2 * node_timeout, 0.1),
             announce=self._announce,

@@ -36,8 +36,14 @@ from redis.asyncio import Redis, RedisCluster
 from redis.asyncio.connection import AbstractConnection
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    NoScriptError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
 
 from ._events import logger
 from ._redis import (
@@ -61,6 +67,7 @@ __all__ = [
     "node_name",
     "pack",
     "parse_info",
+    "parse_version",
     "subscriber_endpoints",
 ]
 
@@ -298,6 +305,9 @@ class Node:
         #: same address); ``None`` when unknown (``INFO`` denied). See restart_grace.
         self.restarted_at: float | None = None
         self._last_run_id: bytes | None = None
+        #: The server's ``redis_version`` (Valkey reports the Redis version it is
+        #: compatible with), e.g. ``(7, 2)``; ``None`` while not known.
+        self.server_version: tuple[int, ...] | None = None
         #: Called with the node when a new connection told who the server is.
         self.on_identity: Callable[[Node], None] | None = None
         self._identified: asyncio.Future[None] | None = None
@@ -438,6 +448,7 @@ class Node:
         if isinstance(reply, bytes | str):
             fields = parse_info(reply)
             now = time.monotonic()
+            self.server_version = parse_version(fields.get("redis_version", ""))
             self.run_id = fields.get("run_id", "").encode() or None
             uptime = fields.get("uptime_in_seconds", "")
             # Whole seconds, rounded down: the start looks later, never earlier.
@@ -556,9 +567,22 @@ def parse_info(reply: bytes | str) -> dict[str, str]:
     return fields
 
 
+def parse_version(text: str) -> tuple[int, ...] | None:
+    """``"7.0.15"`` → ``(7, 0, 15)``; ``None`` when it is not a version."""
+    parts = text.split(".")
+    if not text or not all(part.isdigit() for part in parts):
+        return None
+    return tuple(int(part) for part in parts)
+
+
 def ignore(_reply: Any) -> None:
     """A callback for requests whose reply does not matter."""
     return
+
+
+def _is_moved(error: Exception) -> bool:
+    # MOVED/ASK: the slot is served elsewhere; CLUSTERDOWN/TRYAGAIN: not served now.
+    return isinstance(error, AskError | ClusterDownError | TryAgainError)
 
 
 def _named(name: str, error: Exception) -> Exception:
@@ -595,21 +619,42 @@ class Subscriber:
     it), :attr:`refused` says why (a WARNING is logged once), subscriptions are
     confirmed at once and the waiters poll instead (see ``Waiting``); a new
     subscription tries again after :data:`PUBSUB_RETRY` seconds.
+
+    ``sharded``: sharded pub/sub (``SSUBSCRIBE``, Redis 7.0+) on one server of a
+    cluster, given by ``endpoints``; a channel whose slot is served elsewhere (a
+    ``MOVED`` reply, or the server dropping it after a slot migration) is handed to
+    ``on_moved`` with the redirect, if any (see ``_cluster.ClusterSubscriber``).
     """
 
     def __init__(
         self,
-        spec: NodeSpec,
+        spec: NodeSpec | None,
         *,
         on_message: Callable[[bytes, bytes], None],
         on_reset: Callable[[], None],
         connect_timeout: float = 2.0,
+        endpoints: list[_Endpoint] | None = None,
+        sharded: bool = False,
+        on_moved: Callable[[bytes, Exception | None], None] | None = None,
     ) -> None:
-        # A cluster gives one endpoint per server: any of them hears every PUBLISH,
-        # so the subscriber moves on to the next one when a connect fails.
-        self._endpoints = subscriber_endpoints(spec, connect_timeout)
+        if endpoints is None:
+            if spec is None:  # pragma: no cover - programming error
+                raise TypeError("a subscriber needs a spec or endpoints")
+            # A cluster gives one endpoint per server: any of them hears every
+            # PUBLISH, so the subscriber moves on to the next one when a connect fails.
+            endpoints = subscriber_endpoints(spec, connect_timeout)
+            self.name = node_name(spec)
+        else:
+            self.name = endpoints[0].name
+        self._endpoints = endpoints
         self._endpoint_index = 0
-        self.name = node_name(spec)
+        self._sharded = sharded
+        self._subscribe_command = b"SSUBSCRIBE" if sharded else b"SUBSCRIBE"
+        self._unsubscribe_command = b"SUNSUBSCRIBE" if sharded else b"UNSUBSCRIBE"
+        self._on_moved = on_moved
+        # Sharded: the channels asked for and not yet confirmed, in order (an error
+        # reply names no channel: it answers the oldest request).
+        self._asked: deque[bytes] = deque()
         self._on_message = on_message
         self._on_reset = on_reset
         self._channels: dict[bytes, list[asyncio.Future[None]]] = {}
@@ -644,7 +689,7 @@ class Subscriber:
         if waiting is None:
             self._channels[channel] = [confirmed]
             if self._transport is not None:
-                self._transport.write(pack((b"SUBSCRIBE", channel)))
+                self._ask((channel,))
             else:
                 self._ensure_connecting()
         elif not waiting:
@@ -662,7 +707,18 @@ class Subscriber:
             if not future.done():
                 future.cancel()
         if self._transport is not None:
-            self._transport.write(pack((b"UNSUBSCRIBE", channel)))
+            self._transport.write(pack((self._unsubscribe_command, channel)))
+
+    def _ask(self, channels: tuple[bytes, ...]) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        if not self._sharded:
+            transport.write(pack((b"SUBSCRIBE", *channels)))
+            return
+        for channel in channels:  # one slot per SSUBSCRIBE: one channel each
+            self._asked.append(channel)
+            transport.write(pack((b"SSUBSCRIBE", channel)))
 
     def _ensure_connecting(self) -> None:
         if self._task is None and not self._closed:
@@ -685,8 +741,9 @@ class Subscriber:
                 self._writer = writer
                 self._protocol = protocol
                 self._confirmed_on_connection = False
+                self._asked.clear()
                 if self._channels:
-                    transport.write(pack((b"SUBSCRIBE", *self._channels)))
+                    self._ask(tuple(self._channels))
                 return
         finally:
             self._task = None
@@ -705,14 +762,24 @@ class Subscriber:
             if reply is False:
                 return
             if isinstance(reply, hiredis.ReplyError):  # SUBSCRIBE refused (NOPERM, ...)
-                self._refuse(error_from_reply(self.name, str(reply)))
+                error = error_from_reply(self.name, str(reply))
+                asked = self._asked.popleft() if self._asked else None
+                if asked is not None and self._on_moved is not None and _is_moved(error):
+                    self._moved(asked, error)
+                    continue
+                self._refuse(error)
                 return
             if not isinstance(reply, list) or len(reply) < 3:
                 continue
             kind, channel = reply[0], reply[1]
-            if kind == b"message":
+            if kind in (b"message", b"smessage"):
                 self._on_message(channel, reply[2])
-            elif kind == b"subscribe":
+            elif kind == b"sunsubscribe" and channel in self._channels:
+                # Not asked for (ours pop the channel first): its slot moved away.
+                self._moved(channel, None)
+            elif kind in (b"subscribe", b"ssubscribe"):
+                if self._asked and self._asked[0] == channel:
+                    self._asked.popleft()
                 self._confirmed_on_connection = True
                 self._drops = 0
                 waiting = self._channels.get(channel)
@@ -734,6 +801,15 @@ class Subscriber:
                 )
                 return
         self._reset()
+
+    def _moved(self, channel: bytes, redirect: Exception | None) -> None:
+        """``channel`` is served by another server now: hand it over (see __init__)."""
+        waiting = self._channels.pop(channel, None)
+        for future in waiting or ():
+            if not future.done():
+                future.set_result(None)
+        if self._on_moved is not None:
+            self._on_moved(channel, redirect)
 
     def _refuse(self, error: Exception) -> None:
         """The node does not do pub/sub for us: let the waiters poll (see the class)."""

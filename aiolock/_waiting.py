@@ -37,14 +37,33 @@ import random
 import zlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final, Protocol, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 
-from ._node import NodeSpec, Subscriber
+from ._cluster import ClusterNode, ClusterSubscriber
+from ._node import Subscriber
 from ._scripts import NOT_FREE
 
 __all__ = ["Outcome", "Waiting"]
+
+
+class Listener(Protocol):
+    """Pub/sub on one node (:class:`Subscriber`, or :class:`ClusterSubscriber`)."""
+
+    @property
+    def refused(self) -> Exception | None: ...
+
+    def subscribe(self, channel: bytes) -> asyncio.Future[None]: ...
+
+    def unsubscribe(self, channel: bytes) -> None: ...
+
+    async def aclose(self) -> None: ...
+
+
+class _HasSpec(Protocol):
+    @property
+    def spec(self) -> Any: ...
 
 
 class Outcome(Protocol):
@@ -85,7 +104,7 @@ class _Queue:
         "wake",
     )
 
-    def __init__(self, channels: tuple[bytes, ...], listeners: Sequence[Subscriber]) -> None:
+    def __init__(self, channels: tuple[bytes, ...], listeners: Sequence[Listener]) -> None:
         self.channels = channels
         # The subscribers (nodes) this queue listens on (see Waiting._listeners).
         self.listeners = listeners
@@ -107,7 +126,7 @@ class Waiting:
 
     def __init__(
         self,
-        specs: Sequence[NodeSpec],
+        nodes: Sequence[_HasSpec],
         *,
         clock: Callable[[], float],
         confirm_timeout: float,
@@ -119,8 +138,11 @@ class Waiting:
         self._confirm_timeout = confirm_timeout
         self._queues: dict[bytes, _Queue] = {}
         self._by_channel: dict[bytes, _Queue] = {}
-        self._subscribers = [
-            Subscriber(spec, on_message=self._on_message, on_reset=self._on_reset) for spec in specs
+        self._subscribers: list[Listener] = [
+            ClusterSubscriber(node, on_message=self._on_message, on_reset=self._on_reset)
+            if isinstance(node, ClusterNode)
+            else Subscriber(node.spec, on_message=self._on_message, on_reset=self._on_reset)
+            for node in nodes
         ]
 
     def waiters(self, key: bytes) -> int:
@@ -257,7 +279,7 @@ class Waiting:
                 for channel in queue.channels:
                     subscriber.unsubscribe(channel)
 
-    def _listeners(self, key: bytes) -> list[Subscriber]:
+    def _listeners(self, key: bytes) -> list[Listener]:
         """The ``n - quorum + 1`` nodes a queue for ``key`` listens on.
 
         That is enough to hear every successful release: it deleted the key on at

@@ -116,6 +116,15 @@ def _free_port() -> int:
         return port
 
 
+def _port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
 async def _ping(port: int) -> bool:
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -143,7 +152,10 @@ class Server:
         self.extra_args = tuple(extra_args)
         self.port = 0
         self.process: subprocess.Popen[bytes] | None = None
-        self._debug = _server_major_version(binary) >= 7
+        #: The server's major version (0 if unknown): 6 has no --cluster-port nor DEBUG
+        #: restrictions to lift.
+        self.major_version = _server_major_version(binary)
+        self._debug = self.major_version >= 7
 
     @property
     def url(self) -> str:
@@ -241,12 +253,26 @@ class _ClusterServer(Server):
 
     bus_port = 0
 
+    @property
+    def _bus_is_port_plus_10000(self) -> bool:
+        return 0 < self.major_version < 7
+
     def _command(self) -> list[str]:
+        if self._bus_is_port_plus_10000:  # before Redis 7.0: no --cluster-port
+            return super()._command()
         if not self.bus_port:
             self.bus_port = _free_port()
         return [*super()._command(), "--cluster-port", str(self.bus_port)]
 
     async def start(self) -> None:
+        for _attempt in range(20 if self._bus_is_port_plus_10000 else 0):
+            if not self.port:
+                # Redis 6: a free port whose bus port (+ 10000) is free too.
+                port = _free_port()
+                if port + 10000 > 65535 or not _port_is_free(port + 10000):
+                    continue
+                self.port = port
+            break
         try:
             await super().start()
         except RuntimeError:
@@ -464,11 +490,13 @@ async def redis_cluster(
             for i, server in enumerate(servers[:masters]):
                 lo = i * CLUSTER_SLOTS // masters
                 hi = (i + 1) * CLUSTER_SLOTS // masters - 1
-                await _cluster_command(server.port, "CLUSTER", "ADDSLOTSRANGE", lo, hi)
+                if server.major_version >= 7:
+                    await _cluster_command(server.port, "CLUSTER", "ADDSLOTSRANGE", lo, hi)
+                else:  # Redis 6: one slot per argument
+                    await _cluster_command(server.port, "CLUSTER", "ADDSLOTS", *range(lo, hi + 1))
             for server in servers[1:]:
-                await _cluster_command(
-                    first, "CLUSTER", "MEET", "127.0.0.1", server.port, server.bus_port
-                )
+                bus = server.bus_port or server.port + 10000
+                await _cluster_command(first, "CLUSTER", "MEET", "127.0.0.1", server.port, bus)
             await wait_cluster_ok(servers)
             ids = [await _cluster_command(m.port, "CLUSTER", "MYID") for m in servers[:masters]]
             await asyncio.gather(

@@ -154,6 +154,108 @@ async def test_cli_inspects_and_force_releases_a_cluster_lock(
         assert await asyncio.wait_for(waiter, 10)  # woken, not left waiting for 30 s
 
 
+async def server_version(server: Server) -> tuple[int, ...]:
+    client = direct(server)
+    try:
+        info = await client.info("server")
+        return tuple(int(part) for part in str(info["redis_version"]).split("."))
+    finally:
+        await client.aclose()
+
+
+async def subscriptions(cluster: Cluster, server: Server, channel: bytes) -> tuple[int, int]:
+    """(sharded subscribers of ``channel`` on ``server``, plain ones on every server)."""
+    client = direct(server)
+    try:
+        shard = await client.execute_command("PUBSUB", "SHARDNUMSUB", channel)
+        sharded = int(shard[1]) if shard else 0
+    except redis.ResponseError:  # before Redis 7.0: no sharded pub/sub
+        sharded = 0
+    finally:
+        await client.aclose()
+    plain = 0
+    for other in cluster.servers:
+        client = direct(other)
+        try:
+            plain += int((await client.execute_command("PUBSUB", "NUMSUB", channel))[1])
+        finally:
+            await client.aclose()
+    return sharded, plain
+
+
+async def wait_woken(holder: aiolock.Lock, waiter: asyncio.Task[bool]) -> float:
+    """Release ``holder``; how long until ``waiter`` got the lock."""
+    started = time.monotonic()
+    await holder.release()
+    assert await asyncio.wait_for(waiter, 10)
+    return time.monotonic() - started
+
+
+async def test_waiters_use_sharded_pubsub_where_the_cluster_has_it(
+    cluster: Cluster, cluster_client: Any
+) -> None:
+    name = names_on_every_master(1)[0]
+    channel = key(name).encode() + b":released"
+    master = await cluster.master_of(key(name))
+    sharded = await server_version(master) >= (7, 0)
+    second = cluster.client()
+    try:
+        async with (
+            aiolock.LockManager([cluster_client]) as holders,
+            aiolock.LockManager([second]) as waiters,
+        ):
+            holder = holders.lock(name, ttl=30, auto_renew=False)
+            assert await holder.acquire()
+            waiting = waiters.lock(name, ttl=5)
+            waiter = asyncio.create_task(waiting.acquire(timeout=20))
+            await asyncio.sleep(0.3)
+            # SSUBSCRIBE on the slot's master only (a PUBLISH is broadcast to every
+            # server of the cluster); plain SUBSCRIBE where there is no sharded kind.
+            expected = (1, 0) if sharded else (0, 1)
+            assert await subscriptions(cluster, master, channel) == expected
+            assert await wait_woken(holder, waiter) < 3  # the message, not the 30 s ttl
+            await waiting.release()
+            # The manager's own announcement (a waiter left without taking a promised
+            # lock) goes the same way: covered by the waiting tests on one node.
+    finally:
+        await second.aclose()
+
+
+async def test_a_sharded_subscription_follows_its_slot_when_it_moves(
+    cluster: Cluster, cluster_client: Any
+) -> None:
+    name = names_on_every_master(1)[1]
+    slot = key_slot(key(name).encode())
+    channel = key(name).encode() + b":released"
+    source = await cluster.master_of(key(name))
+    if await server_version(source) < (7, 0):
+        pytest.skip("sharded pub/sub needs Redis 7.0+")
+    target = next(m for m in cluster.masters if m is not source)
+    second = cluster.client()
+    try:
+        async with (
+            aiolock.LockManager([cluster_client]) as holders,
+            aiolock.LockManager([second]) as waiters,
+        ):
+            holder = holders.lock(name, ttl=30, auto_renew=False)
+            assert await holder.acquire()
+            waiting = waiters.lock(name, ttl=5)
+            waiter = asyncio.create_task(waiting.acquire(timeout=20))
+            await asyncio.sleep(0.3)
+            assert await subscriptions(cluster, source, channel) == (1, 0)
+            await start_migration(source, target, slot)
+            await finish_migration(cluster, source, target, slot)
+            # The source drops the channel; the waiter subscribes again on the target.
+            deadline = time.monotonic() + 5
+            while await subscriptions(cluster, target, channel) != (1, 0):
+                assert time.monotonic() < deadline, "not subscribed on the slot's new master"
+                await asyncio.sleep(0.05)
+            assert await wait_woken(holder, waiter) < 3
+            await waiting.release()
+    finally:
+        await second.aclose()
+
+
 async def test_two_clients_of_one_cluster_are_a_duplicate_node(cluster: Cluster) -> None:
     first, second = cluster.client(), cluster.client()
     try:
