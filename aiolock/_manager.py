@@ -413,8 +413,9 @@ class LockManager:
         ``_on_identity`` found it (and refused its votes) as each node identified itself.
         """
         for node in self._nodes:
-            if isinstance(node, Node) and node.refusal is not None:
-                raise ValueError(f"{node.refusal}; give each server once")
+            # (A ValueError: the same server; any other refusal fails the node's votes.)
+            if isinstance(node, Node) and isinstance(node.refusal, ValueError):
+                raise ValueError(f"{node.refusal}; give each server once")  # noqa: TRY004
 
     def _on_identity(self, node: Node) -> None:
         """A node (re)connected: it must not be the server of another node."""

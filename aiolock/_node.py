@@ -40,6 +40,7 @@ from redis.exceptions import (
     AskError,
     ClusterDownError,
     NoScriptError,
+    RedisError,
     ResponseError,
     TryAgainError,
 )
@@ -78,6 +79,8 @@ pack: Final = cast(Callable[[tuple[bytes, ...]], bytes], hiredis.pack_command)
 #: How long a node may leave its oldest request unanswered before the connection is
 #: considered stalled (a hung or blackholed node) and reset, at the least.
 MIN_STALL_TIMEOUT: Final = 1.0
+#: The oldest server version aiolock's scripts run on (``SET ... GET``).
+OLDEST_SERVER: Final = (6, 2)
 #: Reconnect back-off after a failed connect: doubles from the first to the last.
 BACKOFF_FIRST: Final = 0.05
 BACKOFF_MAX: Final = 0.5
@@ -448,7 +451,14 @@ class Node:
         if isinstance(reply, bytes | str):
             fields = parse_info(reply)
             now = time.monotonic()
-            self.server_version = parse_version(fields.get("redis_version", ""))
+            self.server_version = version = parse_version(fields.get("redis_version", ""))
+            if version is not None and version < OLDEST_SERVER:
+                # Our scripts would fail with a Lua error on every call: say why.
+                self._refused = RedisError(
+                    f"{self.name}: Redis {fields['redis_version']} is older than "
+                    f"{'.'.join(map(str, OLDEST_SERVER))}, the oldest aiolock supports "
+                    "(its scripts use SET ... GET)"
+                )
             self.run_id = fields.get("run_id", "").encode() or None
             uptime = fields.get("uptime_in_seconds", "")
             # Whole seconds, rounded down: the start looks later, never earlier.

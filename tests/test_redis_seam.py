@@ -27,6 +27,7 @@ from redis.exceptions import (
 )
 
 from aiolock import _scripts
+from aiolock._node import Node
 from aiolock._redis import ERROR_CLASSES, error_from_reply
 
 
@@ -96,3 +97,19 @@ def test_every_script_declares_every_key_it_touches() -> None:
                 continue
             assert re.fullmatch(r"KEYS\[.+\]", first.strip()), (name, command, first)
     assert checked > 30
+
+
+def test_a_server_older_than_6_2_is_refused_with_a_clear_error() -> None:
+    """Redis 6.0 has no SET ... GET: every script would fail with a Lua error."""
+    node = Node("redis://127.0.0.1:1", request_timeout=0.1)
+    node._on_info(b"# Server\r\nredis_version:6.0.20\r\nrun_id:ab12\r\nuptime_in_seconds:99\r\n")
+    replies: list[object] = []
+    node.call((b"PING",), replies.append)
+    assert len(replies) == 1
+    assert isinstance(replies[0], RedisError)
+    assert "Redis 6.0.20 is older than 6.2" in str(replies[0])
+    assert node.server_version == (6, 0, 20)
+    newer = Node("redis://127.0.0.1:1", request_timeout=0.1)
+    newer._on_info(b"# Server\r\nredis_version:6.2.14\r\nrun_id:cd34\r\n")
+    assert newer.refusal is None
+    assert newer.server_version == (6, 2, 14)
