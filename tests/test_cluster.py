@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 import time
 import uuid
@@ -183,6 +184,27 @@ async def subscriptions(cluster: Cluster, server: Server, channel: bytes) -> tup
     return sharded, plain
 
 
+@contextlib.asynccontextmanager
+async def held_and_awaited(
+    cluster: Cluster, cluster_client: Any, name: str
+) -> AsyncIterator[tuple[aiolock.Lock, aiolock.Lock, asyncio.Task[bool]]]:
+    """A lock held (ttl 30 s) by one manager, and a waiter for it in another."""
+    second = cluster.client()
+    try:
+        async with (
+            aiolock.LockManager([cluster_client]) as holders,
+            aiolock.LockManager([second]) as waiters,
+        ):
+            holder = holders.lock(name, ttl=30, auto_renew=False)
+            assert await holder.acquire()
+            waiting = waiters.lock(name, ttl=5)
+            waiter = asyncio.create_task(waiting.acquire(timeout=20))
+            await asyncio.sleep(0.3)
+            yield holder, waiting, waiter
+    finally:
+        await second.aclose()
+
+
 async def wait_woken(holder: aiolock.Lock, waiter: asyncio.Task[bool]) -> float:
     """Release ``holder``; how long until ``waiter`` got the lock."""
     started = time.monotonic()
@@ -198,27 +220,13 @@ async def test_waiters_use_sharded_pubsub_where_the_cluster_has_it(
     channel = key(name).encode() + b":released"
     master = await cluster.master_of(key(name))
     sharded = await server_version(master) >= (7, 0)
-    second = cluster.client()
-    try:
-        async with (
-            aiolock.LockManager([cluster_client]) as holders,
-            aiolock.LockManager([second]) as waiters,
-        ):
-            holder = holders.lock(name, ttl=30, auto_renew=False)
-            assert await holder.acquire()
-            waiting = waiters.lock(name, ttl=5)
-            waiter = asyncio.create_task(waiting.acquire(timeout=20))
-            await asyncio.sleep(0.3)
-            # SSUBSCRIBE on the slot's master only (a PUBLISH is broadcast to every
-            # server of the cluster); plain SUBSCRIBE where there is no sharded kind.
-            expected = (1, 0) if sharded else (0, 1)
-            assert await subscriptions(cluster, master, channel) == expected
-            assert await wait_woken(holder, waiter) < 3  # the message, not the 30 s ttl
-            await waiting.release()
-            # The manager's own announcement (a waiter left without taking a promised
-            # lock) goes the same way: covered by the waiting tests on one node.
-    finally:
-        await second.aclose()
+    async with held_and_awaited(cluster, cluster_client, name) as (holder, waiting, waiter):
+        # SSUBSCRIBE on the slot's master only (a PUBLISH is broadcast to every server
+        # of the cluster); plain SUBSCRIBE where there is no sharded kind.
+        expected = (1, 0) if sharded else (0, 1)
+        assert await subscriptions(cluster, master, channel) == expected
+        assert await wait_woken(holder, waiter) < 3  # the message, not the 30 s ttl
+        await waiting.release()
 
 
 async def test_a_sharded_subscription_follows_its_slot_when_it_moves(
@@ -231,29 +239,17 @@ async def test_a_sharded_subscription_follows_its_slot_when_it_moves(
     if await server_version(source) < (7, 0):
         pytest.skip("sharded pub/sub needs Redis 7.0+")
     target = next(m for m in cluster.masters if m is not source)
-    second = cluster.client()
-    try:
-        async with (
-            aiolock.LockManager([cluster_client]) as holders,
-            aiolock.LockManager([second]) as waiters,
-        ):
-            holder = holders.lock(name, ttl=30, auto_renew=False)
-            assert await holder.acquire()
-            waiting = waiters.lock(name, ttl=5)
-            waiter = asyncio.create_task(waiting.acquire(timeout=20))
-            await asyncio.sleep(0.3)
-            assert await subscriptions(cluster, source, channel) == (1, 0)
-            await start_migration(source, target, slot)
-            await finish_migration(cluster, source, target, slot)
-            # The source drops the channel; the waiter subscribes again on the target.
-            deadline = time.monotonic() + 5
-            while await subscriptions(cluster, target, channel) != (1, 0):
-                assert time.monotonic() < deadline, "not subscribed on the slot's new master"
-                await asyncio.sleep(0.05)
-            assert await wait_woken(holder, waiter) < 3
-            await waiting.release()
-    finally:
-        await second.aclose()
+    async with held_and_awaited(cluster, cluster_client, name) as (holder, waiting, waiter):
+        assert await subscriptions(cluster, source, channel) == (1, 0)
+        await start_migration(source, target, slot)
+        await finish_migration(cluster, source, target, slot)
+        # The source drops the channel; the waiter subscribes again on the target.
+        deadline = time.monotonic() + 5
+        while await subscriptions(cluster, target, channel) != (1, 0):
+            assert time.monotonic() < deadline, "not subscribed on the slot's new master"
+            await asyncio.sleep(0.05)
+        assert await wait_woken(holder, waiter) < 3
+        await waiting.release()
 
 
 async def test_two_clients_of_one_cluster_are_a_duplicate_node(cluster: Cluster) -> None:
