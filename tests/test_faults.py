@@ -132,6 +132,30 @@ async def test_three_hung_nodes_fail_within_node_timeout(servers: Servers, name:
         assert await _live_keys(servers, name, [0, 1, 2, 3, 4], [False] * 5) == [False] * 5
 
 
+async def test_extend_with_two_nodes_saying_gone_and_three_hung_is_an_outage(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    """Two "not held" of five do not make a loss (three more could still say yes): the
+    hung majority makes it an outage, a QuorumError naming each node's failure."""
+    async with LockManager(servers, node_timeout=0.1) as locks:
+        lock = locks.lock(name, ttl=10, auto_renew=False)
+        assert await lock.acquire()
+        for client in clients[:2]:
+            await client.delete(key(name))
+        for i in (2, 3, 4):
+            _server(servers, i).pause()
+        try:
+            with pytest.raises(
+                QuorumError, match=r"^extend of lock .+: 3 of 5 nodes failed"
+            ) as info:
+                await lock.extend()
+            assert len(info.value.errors) == 3
+            assert all(isinstance(e, TimeoutError) for e in info.value.errors.values())
+        finally:
+            for i in (2, 3, 4):
+                _server(servers, i).resume()
+
+
 async def test_script_flush_does_not_break_release_or_extend(
     servers: Servers, clients: list[redis.Redis], name: str
 ) -> None:

@@ -168,7 +168,11 @@ async def test_unanswered_nodes_time_out_after_node_timeout() -> None:
     attempt = await quorum.acquire(b"k", b"t", 10.0)
     elapsed = loop.time() - started
     assert attempt.votes.outage
-    assert all(isinstance(e, TimeoutError) for e in attempt.votes.errors(quorum.nodes).values())
+    errors = attempt.votes.errors(quorum.nodes)
+    assert sorted(errors) == ["n0", "n1", "n2"]  # each node's own error, named
+    for spec, error in errors.items():
+        assert isinstance(error, TimeoutError)
+        assert str(error) == f"{spec}: no reply within 0.05s"
     # One timeout for the attempt and one for its clean-up, not one per node.
     assert elapsed < 0.5
 
@@ -234,4 +238,19 @@ async def test_release_completes_when_an_anyio_scope_is_cancelled_midway() -> No
         await quorum.release(b"k", b"t")
     # The scope's cancellation was held back until the replies were in.
     assert scope.cancelled_caught
+    assert loop.time() - started >= 0.09
+
+
+async def test_extend_many_completes_when_cancelled_midway() -> None:
+    nodes = [FakeNode(f"n{i}", reply=[1], delay=0.1) for i in range(3)]
+    quorum = make(nodes, node_timeout=1.0)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    task = asyncio.create_task(quorum.extend_many([(b"a", b"t", 1.0)]))
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    # The cancellation was held back until every node had answered (the renewal's
+    # outcome is known: a node that extended is not left unaccounted for).
     assert loop.time() - started >= 0.09

@@ -169,7 +169,7 @@ async def test_handle_without_async_with_is_renewed_until_release(
 async def test_wait_lost_without_renewal_is_an_error(locks: LockManager, name: str) -> None:
     lock = locks.lock(name, ttl=5, auto_renew=False)
     assert await lock.acquire()
-    with pytest.raises(LockNotOwned):
+    with pytest.raises(LockNotOwned, match=r"is not held with auto_renew"):
         await lock.wait_lost()
     await lock.release()
 

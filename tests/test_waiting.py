@@ -343,3 +343,35 @@ async def test_a_split_vote_clean_up_wakes_the_waiters(
     # Two holders with two nodes each: nobody has the lock, everyone must retry.
     holders: list[bytes | None] = [b"A" * 20, b"A" * 20, b"C" * 20, b"C" * 20, None]
     assert await _cleanup_message(urls, clients, name, holders) == b""
+
+
+async def test_a_failed_attempt_clean_up_says_not_free_only_when_one_holder_has_a_quorum(
+    locks: LockManager, urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    """The clean-up of a race lost to a holder with a quorum tells other processes'
+    waiters not to try (NOT_FREE); after a split vote nobody holds the lock, and its
+    clean-up must wake them (an empty message)."""
+    listener = redis.Redis.from_url(urls[4])
+    pubsub = listener.pubsub()
+    await pubsub.subscribe(key(name) + ":released")
+    assert await pubsub.get_message(timeout=2)  # the confirmation
+
+    async def clean_up_message(planted: dict[int, bytes]) -> bytes:
+        for i, token in planted.items():
+            await clients[i].set(key(name), token, px=10_000)
+        assert await locks.lock(name, ttl=5).acquire(timeout=0) is False
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=2)
+        for client in clients:
+            await client.delete(key(name))
+        assert message is not None, "the clean-up on node 4 published nothing"
+        data: bytes = message["data"]
+        return data
+
+    try:
+        one_holder = dict.fromkeys(range(3), b"AAAAAAAA-holder")  # a quorum of 5
+        assert await clean_up_message(one_holder) == b"l"
+        split = {0: b"AAAAAAAA-one", 1: b"AAAAAAAA-one", 2: b"BBBBBBBB-two", 3: b"BBBBBBBB-two"}
+        assert await clean_up_message(split) == b""
+    finally:
+        await pubsub.aclose()
+        await listener.aclose()
