@@ -125,17 +125,30 @@ def _port_is_free(port: int) -> bool:
         return True
 
 
-async def _ping(port: int) -> bool:
+async def _ping(port: int, pid: int | None = None) -> bool:
+    """Whether a server answers on ``port``: with ``pid``, the server of that process.
+
+    (Two servers may be handed the same free port at once: the one that fails to bind
+    it must not take the other's answer for its own.)
+    """
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
     except OSError:
         return False
     try:
-        writer.write(b"PING\r\n")
+        if pid is None:
+            writer.write(b"PING\r\n")
+            await writer.drain()
+            line = await asyncio.wait_for(reader.readline(), 1.0)
+            return line.startswith(b"+PONG")
+        writer.write(b"INFO server\r\n")
         await writer.drain()
-        line = await asyncio.wait_for(reader.readline(), 1.0)
-        return line.startswith(b"+PONG")
-    except (OSError, TimeoutError):
+        header = await asyncio.wait_for(reader.readline(), 1.0)
+        if not header.startswith(b"$"):
+            return False
+        body = await asyncio.wait_for(reader.readexactly(int(header[1:]) + 2), 1.0)
+        return f"process_id:{pid}\r\n".encode() in body
+    except (OSError, TimeoutError, ValueError, asyncio.IncompleteReadError):
         return False
     finally:
         writer.close()
@@ -197,7 +210,7 @@ class Server:
             while time.monotonic() < deadline:
                 if self.process.poll() is not None:
                     break  # exited: most likely the port was taken meanwhile
-                if await _ping(self.port):
+                if await _ping(self.port, self.process.pid):
                     return
                 await asyncio.sleep(0.01)
             self.kill()

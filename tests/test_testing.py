@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import pytest
 import redis.asyncio as redis
@@ -108,3 +109,27 @@ async def test_redis_cluster_serves_every_slot_and_stops_after() -> None:
             await client.aclose()
         processes = [server.process for server in cluster.servers]
     assert all(p is not None and p.poll() is not None for p in processes)
+
+
+async def test_a_server_handed_a_taken_port_does_not_take_the_other_for_itself(
+    tmp_path: Path,
+) -> None:
+    """Two servers may get the same free port at once; the one that cannot bind it must
+    start elsewhere, not answer for the other (the demo once ran 'two' nodes that were one)."""
+    binary = testing.find_server_binary()
+    assert binary is not None
+    async with redis_servers(1) as urls:
+        first = urls.servers[0]
+        assert isinstance(first, Server)
+        second = Server(binary, tmp_path)
+        second.port = first.port  # as if handed the same free port
+        await second.start()
+        try:
+            assert second.port != first.port
+            assert second.process is not None
+            client = redis.Redis(port=second.port)
+            info = await client.info("server")
+            await client.aclose()
+            assert info["process_id"] == second.process.pid
+        finally:
+            await second.stop()
