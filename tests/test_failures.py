@@ -91,6 +91,25 @@ async def test_slow_minority_is_not_waited_for_and_is_cleaned_up(
     await _eventually_free(clients, name)
 
 
+async def test_a_majority_slower_than_node_timeout_but_within_the_budget_keeps_the_lock(
+    proxied: list[Proxy], name: str
+) -> None:
+    """Renewal is not latency-bound: a batch may wait ttl / 6 (not node_timeout) for its
+    replies, so a majority answering in 0.2 s keeps a 3 s lock with node_timeout 50 ms."""
+    async with (
+        LockManager([p.url for p in proxied], node_timeout=0.05) as locks,
+        locks.lock(name, ttl=3.0) as lock,
+    ):
+        for proxy in proxied[:3]:
+            proxy.mode = Mode.DELAY
+            proxy.delay = 0.2
+        await asyncio.sleep(4.0)  # more than a ttl: renewed through the slow majority
+        assert lock.owned
+        assert lock.lost is None
+        for proxy in proxied[:3]:
+            proxy.mode = Mode.PASS
+
+
 async def test_reset_connections_are_reopened(
     proxied: list[Proxy], clients: list[redis.Redis], name: str
 ) -> None:
