@@ -6,7 +6,8 @@ contention from outage. See ``LockManager``.
 """
 
 from ._errors import LockError, LockLost, LockNotOwned, LockTimeout, QuorumError
-from ._events import LockEvent
+from ._events import EventKind, LockEvent
+from ._handle import Handle
 from ._lock import Lock
 from ._manager import LockManager
 from ._many import LockMany
@@ -16,6 +17,8 @@ from ._semaphore import Semaphore
 __version__ = "0.1.0.dev0"
 
 __all__ = [
+    "EventKind",
+    "Handle",
     "Lock",
     "LockError",
     "LockEvent",
@@ -31,3 +34,10 @@ __all__ = [
     "WriteLock",
     "__version__",
 ]
+
+# Tracebacks and reprs say ``aiolock.QuorumError``, not where the class is defined.
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type):
+        _obj.__module__ = __name__
+del _name, _obj

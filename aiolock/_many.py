@@ -8,6 +8,7 @@ the ones already taken are released and ``acquire()`` returns ``False``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 from collections.abc import Iterable
@@ -16,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from ._errors import LockError, LockLost, LockTimeout
+from ._errors import LockError, LockLost, LockNotOwned, LockTimeout
 from ._lock import (
     _DEFAULT,
     Lock,
@@ -84,6 +85,11 @@ class LockMany:
         return self._ttl
 
     @property
+    def timeout(self) -> float | None:
+        """Default wait of :meth:`acquire` and ``async with`` (``None``: forever)."""
+        return self._timeout
+
+    @property
     def locks(self) -> tuple[Lock, ...]:
         """The underlying locks, in acquisition order."""
         return tuple(self._locks)
@@ -110,6 +116,31 @@ class LockMany:
         if any(token is None for token in tokens.values()):
             return None
         return {name: token for name, token in tokens.items() if token is not None}
+
+    @property
+    def lost(self) -> LockLost | None:
+        """Why one of the names was lost by the background renewal, if one was."""
+        return next((lock.lost for lock in self._locks if lock.lost is not None), None)
+
+    async def wait_lost(self) -> LockLost:
+        """Wait until the renewal gives up on any of the names; return its ``LockLost``.
+
+        Returns at once if one was already lost. Raises :class:`LockNotOwned` when the
+        names are not all held with ``auto_renew``.
+        """
+        lost = self.lost
+        if lost is not None:
+            return lost
+        renewals = [lock._renewal for lock in self._locks]
+        if not self.owned or any(renewal is None for renewal in renewals):
+            raise LockNotOwned(f"locks {self.name!r} are not held with auto_renew")
+        waits = [asyncio.ensure_future(lock.wait_lost()) for lock in self._locks]
+        try:
+            done, _pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            return next(iter(done)).result()
+        finally:
+            for wait in waits:
+                wait.cancel()
 
     async def acquire(self, *, timeout: float | _Default | None = _DEFAULT) -> bool:  # noqa: ASYNC109
         """Acquire every name (in sorted order) within ``timeout``, or none of them."""

@@ -103,6 +103,11 @@ class Semaphore:
         return self._ttl
 
     @property
+    def timeout(self) -> float | None:
+        """Default wait of :meth:`acquire` and ``async with`` (``None``: forever)."""
+        return self._timeout
+
+    @property
     def owned(self) -> bool:
         """A slot is held, with validity left."""
         return self._held is not None and self._held.owned
