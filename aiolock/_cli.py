@@ -13,6 +13,7 @@ from typing import Any
 import redis.asyncio as redis
 
 from ._errors import LockLost, QuorumError
+from ._keys import fence_key, lock_key
 from ._manager import LockManager
 from ._node import _display_url
 from ._scripts import FORCE_RELEASE
@@ -122,7 +123,7 @@ def _open(node: _NodeArg) -> tuple[str, redis.Redis | redis.RedisCluster]:
 
 
 async def _inspect(name: str, nodes: Sequence[_NodeArg], prefix: str) -> int:
-    key = f"{prefix}{{{name}}}"
+    key = lock_key(prefix.encode(), name).decode()
     print(f"lock {name!r} (key {key!r}):")
     holders: dict[str, int] = {}
     for node in nodes:
@@ -134,7 +135,7 @@ async def _inspect(name: str, nodes: Sequence[_NodeArg], prefix: str) -> int:
         try:
             value = await client.get(key)
             pttl = await client.pttl(key)
-            fence = await client.get(f"{key}:fence")
+            fence = await client.get(fence_key(key.encode()))
         except Exception as exc:
             print(f"  {url}: unreachable ({type(exc).__name__}: {exc})")
             continue
@@ -154,7 +155,7 @@ async def _inspect(name: str, nodes: Sequence[_NodeArg], prefix: str) -> int:
 
 
 async def _force_release(name: str, nodes: Sequence[_NodeArg], prefix: str) -> int:
-    key = f"{prefix}{{{name}}}"
+    key = lock_key(prefix.encode(), name).decode()
     failed = 0
     for node in nodes:
         try:

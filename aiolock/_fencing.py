@@ -61,10 +61,8 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["FENCE_SUFFIX", "MIN_RETENTION", "fence_retention"]
+__all__ = ["MIN_RETENTION", "fence_retention"]
 
-#: Suffix of the counter key (after the lock key, so it shares the hash tag).
-FENCE_SUFFIX: Final = b":fence"
 #: Least time a counter is kept after its last use.
 MIN_RETENTION: Final = 3600.0
 

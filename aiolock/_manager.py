@@ -19,6 +19,7 @@ from redis.asyncio import RedisCluster
 from ._cluster import ClusterNode
 from ._errors import NodeQuarantined
 from ._events import EventKind, LockEvent, logger
+from ._keys import lock_key
 from ._lock import Lock, check_name, check_timeout, check_ttl
 from ._many import LockMany, check_names
 from ._node import Node, NodeSpec, Script, ignore, node_key, node_name
@@ -474,6 +475,4 @@ class LockManager:
             raise RuntimeError("the lock manager is closed")
 
     def _key(self, name: str) -> bytes:
-        # The name is a hash tag, so that every key of one lock maps to one slot of a
-        # Redis Cluster.
-        return b"%s{%s}" % (self._prefix_bytes, name.encode())
+        return lock_key(self._prefix_bytes, name)  # (the layout: _keys.py)

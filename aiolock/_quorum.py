@@ -27,7 +27,8 @@ from typing import Any, Final, Protocol
 
 import anyio
 
-from ._fencing import FENCE_SUFFIX, fence_retention
+from ._fencing import fence_retention
+from ._keys import fence_key as fence_key_of
 from ._node import Callback, Script, ignore
 from ._scripts import (
     ACQUIRE,
@@ -397,7 +398,7 @@ class Quorum:
         that node with those keys appended (at most :data:`MAX_KEY_ROUNDS` times; then
         the node counts as "held", holder's ttl unknown).
         """
-        fence_key = key + FENCE_SUFFIX if fence_key is None else fence_key
+        fence_key = fence_key_of(key) if fence_key is None else fence_key
         retention = b"%d" % milliseconds(fence_retention(ttl))
         # The same floor for every node: in the usual case each returns exactly it.
         floor = b"%d" % int(self.wall_clock() * 1_000_000)

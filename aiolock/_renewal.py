@@ -39,7 +39,8 @@ import anyio
 
 from ._errors import LockLost, LockNotOwned, QuorumError
 from ._events import logger
-from ._fencing import FENCE_SUFFIX, fence_retention
+from ._fencing import fence_retention
+from ._keys import fence_key
 from ._node import ignore
 from ._quorum import REPAIR_SCRIPT, drift, milliseconds
 
@@ -306,7 +307,7 @@ class Renewer:
         args = (
             b"2",
             lock._key,
-            lock._key + FENCE_SUFFIX,
+            fence_key(lock._key),
             renewal.token,
             b"%d" % milliseconds(ttl),
             b"%d" % fence,

@@ -23,6 +23,7 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._keys import RWKeys
 from ._lock import _DEFAULT, Lock, _Default
 from ._node import Script
 from ._quorum import RW_READ_SCRIPT, RW_RELEASE_SCRIPT, RW_WRITE_SCRIPT, Attempt, Votes
@@ -47,14 +48,14 @@ class RWLock:
         self._name = name
         self._ttl = ttl
         self._timeout = timeout
-        base = manager._key(name) + b":rw"
-        self.base_key = base
-        self.writer_key = base + b":w"
-        self.intent_key = base + b":i"
-        self.readers_key = base + b":r"
-        self.reader_prefix = base + b":r:"
-        self.fence_key = base + b":fence"
-        self.channel = base + b":released"
+        keys = RWKeys(manager._key(name))
+        self.base_key = keys.base
+        self.writer_key = keys.writer
+        self.intent_key = keys.intent
+        self.readers_key = keys.readers
+        self.reader_prefix = keys.reader_prefix
+        self.fence_key = keys.fence
+        self.channel = keys.channel
 
     def __repr__(self) -> str:
         return f"<RWLock {self._name!r} ttl={self._ttl:g}>"

@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING
 
 from ._errors import LockNotOwned, LockTimeout, QuorumError
+from ._keys import release_channel, slot_key
 from ._lock import _DEFAULT, Lock, _Default, check_timeout
 
 if TYPE_CHECKING:
@@ -73,13 +74,13 @@ class Semaphore:
                 ttl=ttl,
                 timeout=0,
                 auto_renew=auto_renew,
-                key=self._key + b":slot:%d" % i,
+                key=slot_key(self._key, i),
             )
             for i in range(limit)
         ]
         for slot in self._slots:
             slot._report = False
-        self._channels = tuple(slot._key + b":released" for slot in self._slots)
+        self._channels = tuple(release_channel(slot._key) for slot in self._slots)
         self._held: Lock | None = None
         self._acquiring = False
 

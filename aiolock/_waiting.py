@@ -42,6 +42,7 @@ from typing import Any, Final, Protocol, TypeVar
 import anyio
 
 from ._cluster import ClusterNode, ClusterSubscriber
+from ._keys import release_channel
 from ._node import Subscriber
 from ._scripts import NOT_FREE
 
@@ -204,9 +205,8 @@ class Waiting:
         """
         queue = self._queues.get(key)
         if queue is None:
-            queue = self._queues[key] = _Queue(
-                channels or (key + b":released",), self._listeners(key)
-            )
+            announced = channels or (release_channel(key),)
+            queue = self._queues[key] = _Queue(announced, self._listeners(key))
             for channel in queue.channels:
                 self._by_channel[channel] = queue
         turn: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()

@@ -27,6 +27,7 @@ from redis.exceptions import (
 )
 
 from aiolock import _scripts
+from aiolock._keys import RELEASED_SUFFIX, release_channel
 from aiolock._node import Node
 from aiolock._redis import ERROR_CLASSES, error_from_reply
 
@@ -113,3 +114,11 @@ def test_a_server_older_than_6_2_is_refused_with_a_clear_error() -> None:
     newer._on_info(b"# Server\r\nredis_version:6.2.14\r\nrun_id:cd34\r\n")
     assert newer.refusal is None
     assert newer.server_version == (6, 2, 14)
+
+
+def test_the_scripts_announce_on_the_channel_the_waiters_listen_to() -> None:
+    """Scripts build the release channel from KEYS[1] themselves: as _keys.py does."""
+    suffix = RELEASED_SUFFIX.decode()
+    assert release_channel(b"k") == b"k" + RELEASED_SUFFIX
+    for source in (_scripts.RELEASE, _scripts.FORCE_RELEASE):
+        assert f"KEYS[1] .. '{suffix}'" in source.decode()

@@ -1,0 +1,67 @@
+"""The key layout: every key and channel aiolock touches, built in one place.
+
+A lock name is a hash tag, ``<prefix>{<name>}``, so that every key of one name maps to
+one slot of a Redis Cluster (and a script may touch them all):
+
+- ``<key>``: the lock (its value the holder's token);
+- ``<key>:fence``: the name's fencing counter (see ``_fencing.py``);
+- ``<key>:released``: the channel that announces a release (the scripts build it from
+  ``KEYS[1]`` the same way: ``tests/test_redis_seam.py`` checks they agree);
+- ``<key>:slot:<i>``: a semaphore's slots, each a lock of its own;
+- ``<key>:rw``, then ``:w``, ``:i``, ``:r``, ``:r:<id>``, ``:fence``, ``:released``: the
+  read-write lock's (see ``_rwlock.py``).
+
+The engine and the command line both use these functions.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = [
+    "FENCE_SUFFIX",
+    "RELEASED_SUFFIX",
+    "RWKeys",
+    "fence_key",
+    "lock_key",
+    "release_channel",
+    "slot_key",
+]
+
+FENCE_SUFFIX: Final = b":fence"
+RELEASED_SUFFIX: Final = b":released"
+
+
+def lock_key(prefix: bytes, name: str) -> bytes:
+    """The key of lock ``name`` under ``prefix``."""
+    return b"%s{%s}" % (prefix, name.encode())
+
+
+def fence_key(key: bytes) -> bytes:
+    """The fencing counter of the lock ``key``."""
+    return key + FENCE_SUFFIX
+
+
+def release_channel(key: bytes) -> bytes:
+    """The channel on which a release of ``key`` is announced."""
+    return key + RELEASED_SUFFIX
+
+
+def slot_key(key: bytes, slot: int) -> bytes:
+    """Slot ``slot`` of the semaphore ``key``."""
+    return key + b":slot:%d" % slot
+
+
+class RWKeys:
+    """The keys of the read-write lock ``key``."""
+
+    __slots__ = ("base", "channel", "fence", "intent", "reader_prefix", "readers", "writer")
+
+    def __init__(self, key: bytes) -> None:
+        self.base = key + b":rw"
+        self.writer = self.base + b":w"
+        self.intent = self.base + b":i"
+        self.readers = self.base + b":r"
+        self.reader_prefix = self.base + b":r:"
+        self.fence = fence_key(self.base)
+        self.channel = release_channel(self.base)
