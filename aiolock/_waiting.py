@@ -298,8 +298,8 @@ class Waiting:
         """Subscribe on the queue's nodes; wait (briefly) for the confirmations.
 
         The attempt that follows must not miss a release that happens after it
-        failed, so the subscription should be in place first; a node that does not
-        confirm in time is covered by the fallback wait.
+        failed, so the subscription should be in place first; a node that confirms
+        later wakes the head when it does (a release may have gone unheard meanwhile).
         """
         queue.subscribed = True
         confirmations = [
@@ -308,6 +308,11 @@ class Waiting:
         pending = [c for c in confirmations if not c.done()]
         if pending:
             await asyncio.wait(pending, timeout=self._confirm_timeout)
+            # Confirmed only after the attempt that follows: a release in between went
+            # unheard, so the head tries again then (not at the holder's expiry).
+            for late in pending:
+                if not late.done():
+                    late.add_done_callback(lambda _done: queue.wake.set())
 
     async def aclose(self) -> None:
         """Close the pub/sub connections."""

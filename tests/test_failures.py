@@ -110,6 +110,31 @@ async def test_a_majority_slower_than_node_timeout_but_within_the_budget_keeps_t
             proxy.mode = Mode.PASS
 
 
+async def test_a_subscription_confirmed_late_still_hears_a_release_made_before_it(
+    proxied: list[Proxy], urls: list[str], name: str
+) -> None:
+    """The waiter's subscription may be confirmed after its attempt (a slow TLS
+    handshake on a loaded machine): a release in between must not cost the holder's
+    whole ttl (seen in a compat run: woken after 10 s instead of at once)."""
+    async with (
+        LockManager(urls) as holders,
+        LockManager([p.url for p in proxied]) as waiters,
+    ):
+        holder = holders.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire()
+        await waiters.lock(name + ":warm-up").acquire(timeout=0)  # request connections up
+        for proxy in proxied:
+            proxy.accept_delay = 0.6  # the subscriber's connections are slow to open
+        waiting = waiters.lock(name, ttl=5)
+        waiter = asyncio.create_task(waiting.acquire(timeout=10))
+        await asyncio.sleep(0.2)  # it tried, and is not subscribed yet
+        started = time.monotonic()
+        await holder.release()  # unheard: nobody listens yet
+        assert await asyncio.wait_for(waiter, 12)
+        assert time.monotonic() - started < 3  # not the holder's 30 s (nor the 10 s timeout)
+        await waiting.release()
+
+
 async def test_reset_connections_are_reopened(
     proxied: list[Proxy], clients: list[redis.Redis], name: str
 ) -> None:
