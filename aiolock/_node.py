@@ -1,4 +1,4 @@
-"""One Redis node: the only module that talks to redis.
+"""One Redis node: pipelined requests on one connection, and pub/sub.
 
 A lock cycle is a handful of tiny commands, so the cost per command of the client
 decides the speed of the library. Instead of redis-py's pooled client (pool checkout,
