@@ -40,6 +40,14 @@ class _Default:
 _DEFAULT: Final = _Default()
 
 
+#: The longest ttl (and ``max_hold``), in seconds: a year. Far inside what ``PX`` takes,
+#: with the fencing counter's retention (100 x ttl, see _fencing.py) inside it too.
+MAX_TTL: Final = 365 * 24 * 3600.0
+#: The longest lock name, in UTF-8 bytes. A name is in every key and request of the
+#: lock: a huge one would hold up the other requests queued on each node's connection.
+MAX_NAME_BYTES: Final = 4096
+
+
 def check_ttl(ttl: object, node_timeout: float, what: str = "ttl") -> float:
     """Validate a ttl (seconds) before any I/O."""
     if isinstance(ttl, bool) or not isinstance(ttl, int | float):
@@ -47,6 +55,8 @@ def check_ttl(ttl: object, node_timeout: float, what: str = "ttl") -> float:
     ttl = float(ttl)
     if not math.isfinite(ttl) or ttl <= 0:
         raise ValueError(f"{what} must be a finite number of seconds > 0, got {ttl!r}")
+    if ttl > MAX_TTL:
+        raise ValueError(f"{what} must be at most {MAX_TTL:g}s (a year), got {ttl:g}")
     if node_timeout >= ttl:
         raise ValueError(
             f"{what} ({ttl:g}s) must be greater than the manager's node_timeout "
@@ -70,11 +80,20 @@ def check_timeout(timeout: object) -> float | None:
 
 
 def check_name(name: object) -> str:
-    """Validate a lock name: a non-empty string."""
+    """Validate a lock name: a non-empty string of at most MAX_NAME_BYTES in UTF-8."""
     if not isinstance(name, str):
         raise TypeError(f"a lock name must be a str, not {type(name).__name__}")
     if not name:
         raise ValueError("a lock name must not be empty")
+    try:
+        size = len(name.encode())
+    except UnicodeEncodeError as exc:  # a lone surrogate
+        raise ValueError(f"a lock name must be encodable as UTF-8: {exc.reason}") from None
+    if size > MAX_NAME_BYTES:
+        raise ValueError(
+            f"a lock name must be at most {MAX_NAME_BYTES} bytes in UTF-8, got {size} "
+            f"(starting {name[:40]!r})"
+        )
     return name
 
 

@@ -31,6 +31,10 @@ from ._waiting import Waiting
 
 __all__ = ["LockManager"]
 
+#: The most holders a semaphore may have: a try on a full semaphore costs one quorum
+#: attempt per slot (and a waiter listens on every slot's channel).
+MAX_SEMAPHORE_LIMIT: Final = 1000
+
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -293,8 +297,8 @@ class LockManager:
         name = check_name(name)
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise TypeError(f"limit must be an int, not {type(limit).__name__}")
-        if limit < 1:
-            raise ValueError(f"limit must be >= 1, got {limit!r}")
+        if not 1 <= limit <= MAX_SEMAPHORE_LIMIT:
+            raise ValueError(f"limit must be from 1 to {MAX_SEMAPHORE_LIMIT}, got {limit!r}")
         ttl = self._ttl_used(ttl)
         timeout = check_timeout(timeout)
         return Semaphore(self, name, limit, ttl=ttl, timeout=timeout, auto_renew=bool(auto_renew))

@@ -119,6 +119,40 @@ def test_bad_lock_arguments_are_rejected(
         locks.lock(*args, **kwargs)  # type: ignore[arg-type]
 
 
+def test_bounds_on_names_ttls_and_limits_are_said_before_any_io() -> None:
+    """A 10 MB name once reached every node and failed the other tasks' requests queued
+    behind it; ttl=1e16 failed on the nodes ("value is not an integer or out of range")."""
+    locks = LockManager(NODES)
+    locks.lock("n" * 4096)  # the longest name: fine
+    locks.lock("é" * 2048)  # 4096 bytes in UTF-8
+    with pytest.raises(ValueError, match=r"at most 4096 bytes in UTF-8, got 4097") as info:
+        locks.lock("n" * 4097)
+    assert len(str(info.value)) < 200  # the message does not carry the whole name
+    with pytest.raises(ValueError, match=r"at most 4096 bytes in UTF-8, got 10000000"):
+        locks.lock_many(["a", "n" * 10_000_000])
+    with pytest.raises(ValueError, match="UTF-8"):
+        locks.lock("lone \ud800 surrogate")
+    for bad_ttl in (1e16, 365 * 24 * 3600 + 1):
+        with pytest.raises(ValueError, match=r"at most 3.1536e\+07s \(a year\)"):
+            locks.lock("n", ttl=bad_ttl)
+    locks.lock("n", ttl=365 * 24 * 3600)
+    with pytest.raises(ValueError, match="at most"):
+        locks.lock("n", max_hold=1e16)
+    with pytest.raises(ValueError, match=r"limit must be from 1 to 1000, got 1001"):
+        locks.semaphore("n", 1001)
+    locks.semaphore("n", 1000)
+    # Names that are odd but valid keep working (a `}` must not break the hash tag).
+    for odd in ("a}b", "{x}", "nul\x00byte", "new\nline"):
+        locks.lock(odd)
+
+
+async def test_extend_beyond_the_longest_ttl_is_refused_before_io() -> None:
+    locks = LockManager(NODES)
+    with pytest.raises(ValueError, match="a year"):
+        await locks.lock("n").extend(1e16)
+    await locks.aclose()
+
+
 def test_node_timeout_must_be_below_ttl() -> None:
     locks = LockManager(NODES, node_timeout=1.0)
     with pytest.raises(ValueError, match="node_timeout"):
