@@ -91,6 +91,19 @@ def error_from_reply(name: str, message: str) -> Exception:
     return error
 
 
+def _passable(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """A client's stored connection arguments, fit to be passed to a new connection.
+
+    redis-py 7.2 keeps ``lib_name``/``lib_version`` as sentinel objects meaning "the
+    default", and passing them back warns (``DeprecationWarning``: use
+    ``driver_info``); left out, the connection uses the same default.
+    """
+    for name in ("lib_name", "lib_version"):
+        if name in kwargs and not isinstance(kwargs[name], str | None):
+            del kwargs[name]
+    return kwargs
+
+
 def connection_settings(spec: str | Redis) -> tuple[type[AbstractConnection], dict[str, Any]]:
     """The connection class and keyword arguments of a URL or a client's pool."""
     if isinstance(spec, str):
@@ -98,7 +111,7 @@ def connection_settings(spec: str | Redis) -> tuple[type[AbstractConnection], di
         cls: type[AbstractConnection] = kwargs.pop("connection_class", Connection)
         return cls, kwargs
     pool = spec.connection_pool
-    return pool.connection_class, dict(pool.connection_kwargs)
+    return pool.connection_class, _passable(dict(pool.connection_kwargs))
 
 
 def sentinel_service(spec: Redis) -> str | None:
@@ -134,7 +147,7 @@ def cluster_connection(
     class and its keyword arguments.
     """
     template = next(iter(client.nodes_manager.startup_nodes.values()))
-    kwargs = dict(template.connection_kwargs)
+    kwargs = _passable(dict(template.connection_kwargs))
     host, port = address
     remap = getattr(client.nodes_manager, "address_remap", None)
     if remap is not None:
