@@ -138,7 +138,8 @@ class ClusterNode:
         self._closed = False
         # Each script as sent when the cluster has sharded pub/sub (see sharded()).
         self._sharded_scripts: dict[Script, Script] = {}
-        self._loaded = (*scripts, *(self._as_sharded(script) for script in scripts))
+        # Loaded on each master's connection: both kinds, whichever the cluster uses.
+        self._loaded = tuple(dict.fromkeys((*scripts, *map(self._as_sharded, scripts))))
         #: Whether releases use SPUBLISH and waiters SSUBSCRIBE: every master heard
         #: from so far runs Redis 7.0+ (or Valkey); None while none was.
         self.sharded_pubsub: bool | None = None
@@ -295,7 +296,7 @@ class ClusterNode:
             node = Node(
                 self._client,
                 request_timeout=self._request_timeout,
-                scripts=tuple(dict.fromkeys(self._loaded)),
+                scripts=self._loaded,
                 endpoint=cluster_endpoint(self._client, address, self._connect_timeout),
             )
             node.on_identity = self._on_identity
@@ -312,9 +313,18 @@ class ClusterNode:
         """The master serving ``slot``, as far as the slot map knows."""
         return self._slots[slot]
 
-    def redirected(self, slot: int, address: Address) -> None:
-        """A server said ``slot`` is served at ``address`` now (MOVED)."""
-        self._slots[slot] = address
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`aclose` was called."""
+        return self._closed
+
+    def redirected(self, slot: int, address: Address | None) -> None:
+        """A server said ``slot`` is served elsewhere; the slot map is read again soon.
+
+        ``address``: where (a MOVED), or ``None`` when not said (the server dropped it).
+        """
+        if address is not None:
+            self._slots[slot] = address
         self._refresh_soon()
 
     def endpoint(self, address: Address) -> Any:
@@ -492,14 +502,14 @@ class ClusterSubscriber:
         if isinstance(redirect, MovedError):
             self._node.redirected(redirect.slot_id, (redirect.host, int(redirect.port)))
         else:
-            self._node._refresh_soon()
+            self._node.redirected(key_slot(channel), None)
         # Subscribed again where the map says now: a second MOVED (the map was stale)
         # comes back here; a release meanwhile may have gone unheard.
         asyncio.get_running_loop().call_later(MIN_REFRESH_INTERVAL, self._resubscribe, channel)
         self._on_reset()
 
     def _resubscribe(self, channel: bytes) -> None:
-        if channel in self._where and not self._node._closed:
+        if channel in self._where and not self._node.closed:
             self.subscribe(channel)
 
     async def aclose(self) -> None:

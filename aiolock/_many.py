@@ -131,8 +131,7 @@ class LockMany:
         lost = self.lost
         if lost is not None:
             return lost
-        renewals = [lock._renewal for lock in self._locks]
-        if not self.owned or any(renewal is None for renewal in renewals):
+        if not self.owned or any(lock._renewal is None for lock in self._locks):
             raise LockNotOwned(f"locks {self.name!r} are not held with auto_renew")
         waits = [asyncio.ensure_future(lock.wait_lost()) for lock in self._locks]
         try:

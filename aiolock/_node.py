@@ -119,12 +119,7 @@ def _display_url(url: str) -> str:
 def _connection_kwargs(spec: NodeSpec) -> tuple[type[AbstractConnection], dict[str, Any]]:
     if isinstance(spec, RedisCluster):  # pragma: no cover - routed by ClusterNode
         raise TypeError("a cluster has one connection per server: see cluster_endpoint()")
-    cls, kwargs = connection_settings(spec)
-    # Our replies are parsed as RESP2 by our own reader; redis-py must not retry a
-    # connect for seconds either: the node's back-off below decides when to retry.
-    kwargs["protocol"] = 2
-    kwargs["retry"] = Retry(NoBackoff(), 0)
-    return cls, kwargs
+    return connection_settings(spec)
 
 
 def node_key(spec: NodeSpec) -> tuple[object, ...]:
@@ -213,13 +208,15 @@ class _Endpoint:
     ) -> None:
         if settings is not None:  # one server of a cluster: (name, class, kwargs)
             self.name, cls, kwargs = settings[0], settings[1], dict(settings[2])
-            kwargs["protocol"] = 2
-            kwargs["retry"] = Retry(NoBackoff(), 0)
         elif spec is not None:
             self.name = node_name(spec)
             cls, kwargs = _connection_kwargs(spec)
         else:  # pragma: no cover - programming error
             raise TypeError("an endpoint needs a spec or settings")
+        # Our replies are parsed as RESP2 by our own reader; redis-py must not retry a
+        # connect for seconds either: the node's back-off decides when to retry.
+        kwargs["protocol"] = 2
+        kwargs["retry"] = Retry(NoBackoff(), 0)
         kwargs.setdefault("socket_connect_timeout", connect_timeout)
         if kwargs.get("socket_timeout") is None:
             kwargs["socket_timeout"] = connect_timeout
@@ -590,6 +587,13 @@ def ignore(_reply: Any) -> None:
     return
 
 
+def _confirm(waiting: list[asyncio.Future[None]]) -> None:
+    """Let the waiters of a subscription go on (confirmed, or nothing to wait for)."""
+    for future in waiting:
+        if not future.done():
+            future.set_result(None)
+
+
 def _is_moved(error: Exception) -> bool:
     # MOVED/ASK: the slot is served elsewhere; CLUSTERDOWN/TRYAGAIN: not served now.
     return isinstance(error, AskError | ClusterDownError | TryAgainError)
@@ -659,7 +663,6 @@ class Subscriber:
         self._endpoints = endpoints
         self._endpoint_index = 0
         self._sharded = sharded
-        self._subscribe_command = b"SSUBSCRIBE" if sharded else b"SUBSCRIBE"
         self._unsubscribe_command = b"SUNSUBSCRIBE" if sharded else b"UNSUBSCRIBE"
         self._on_moved = on_moved
         # Sharded: the channels asked for and not yet confirmed, in order (an error
@@ -794,9 +797,7 @@ class Subscriber:
                 self._drops = 0
                 waiting = self._channels.get(channel)
                 if waiting:
-                    for future in waiting:
-                        if not future.done():
-                            future.set_result(None)
+                    _confirm(waiting)
                     waiting.clear()
 
     def _on_lost(self, protocol: _ReplyProtocol, exc: Exception | None) -> None:
@@ -814,10 +815,7 @@ class Subscriber:
 
     def _moved(self, channel: bytes, redirect: Exception | None) -> None:
         """``channel`` is served by another server now: hand it over (see __init__)."""
-        waiting = self._channels.pop(channel, None)
-        for future in waiting or ():
-            if not future.done():
-                future.set_result(None)
+        _confirm(self._channels.pop(channel, []))
         if self._on_moved is not None:
             self._on_moved(channel, redirect)
 
@@ -833,16 +831,12 @@ class Subscriber:
                 self.name,
                 error,
             )
-        transport = self._transport
-        if transport is not None:
-            transport.abort()
-        self._transport = self._protocol = self._writer = None
         channels, self._channels = self._channels, {}
         for waiting in channels.values():
-            for future in waiting:
-                if not future.done():
-                    future.set_result(None)
-        self._on_reset()  # the waiters now poll: wake them to start
+            _confirm(waiting)
+        # No channels left: the connection is dropped and not reopened; the waiters,
+        # woken by on_reset, now poll.
+        self._reset()
 
     def _reset(self) -> None:
         transport = self._transport

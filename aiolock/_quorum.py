@@ -415,29 +415,10 @@ class Quorum:
         )
 
         def send(node: NodeLike, callback: Callback) -> None:
-            node.call_script(script, args, callback)
-
-        if keys_asked is not None:
-            asked = keys_asked
-            first = 2 + len(more_keys)
-
-            def send(node: NodeLike, callback: Callback) -> None:
-                rounds = 0
-
-                def on_reply(reply: Any) -> None:
-                    nonlocal rounds
-                    keys = None if isinstance(reply, BaseException) else asked(reply)
-                    if keys is None:
-                        callback(reply)
-                    elif rounds >= MAX_KEY_ROUNDS:
-                        callback([0, -2])  # keys kept changing: held, ttl unknown
-                    else:
-                        rounds += 1
-                        numkeys = b"%d" % (first + len(keys))
-                        again = (numkeys, *args[1 : 1 + first], *keys, *args[1 + first :])
-                        node.call_script(script, again, on_reply)
-
-                node.call_script(script, args, on_reply)
+            if keys_asked is None:
+                node.call_script(script, args, callback)
+            else:
+                _call_with_keys_asked(node, script, args, keys_asked, callback)
 
         start = self.clock()
         try:
@@ -667,6 +648,36 @@ class BatchVotes:
                 if (ni, lo) not in self._answered:
                     error = TimeoutError(f"{node.name}: no reply within {timeout:g}s")
                     self.record(node, ni, lo, hi, error)
+
+
+def _call_with_keys_asked(
+    node: NodeLike,
+    script: Script,
+    args: tuple[bytes, ...],
+    keys_asked: Callable[[Any], tuple[bytes, ...] | None],
+    callback: Callback,
+) -> None:
+    """Run ``script`` on ``node``; while its reply asks for keys, run it again with them.
+
+    ``args`` is ``(numkeys, *keys, *argv)``; the keys asked for are appended to the keys.
+    After :data:`MAX_KEY_ROUNDS` rounds the node counts as "held", holder's ttl unknown.
+    """
+    numkeys = int(args[0])
+    keys, argv = args[1 : 1 + numkeys], args[1 + numkeys :]
+    rounds = 0
+
+    def on_reply(reply: Any) -> None:
+        nonlocal rounds
+        more = None if isinstance(reply, BaseException) else keys_asked(reply)
+        if more is None:
+            callback(reply)
+        elif rounds >= MAX_KEY_ROUNDS:
+            callback([0, -2])  # the keys kept changing: held, ttl unknown
+        else:
+            rounds += 1
+            node.call_script(script, (b"%d" % (numkeys + len(more)), *keys, *more, *argv), on_reply)
+
+    node.call_script(script, args, on_reply)
 
 
 def milliseconds(seconds: float) -> int:

@@ -48,14 +48,8 @@ class RWLock:
         self._name = name
         self._ttl = ttl
         self._timeout = timeout
-        keys = RWKeys(manager._key(name))
-        self.base_key = keys.base
-        self.writer_key = keys.writer
-        self.intent_key = keys.intent
-        self.readers_key = keys.readers
-        self.reader_prefix = keys.reader_prefix
-        self.fence_key = keys.fence
-        self.channel = keys.channel
+        #: Every key and the channel of this name (see _keys.py).
+        self.keys = RWKeys(manager._key(name))
 
     def __repr__(self) -> str:
         return f"<RWLock {self._name!r} ttl={self._ttl:g}>"
@@ -93,7 +87,7 @@ class _RWHandle(Lock):
             key=key,
         )
         # Readers and writers of one name queue together, woken by one channel.
-        self._channels = (rw.channel,)
+        self._channels = (rw.keys.channel,)
 
     # A reader's key alone is not the whole lock (it is also a member of the readers'
     # set), and the writer's counter is the name's: neither is re-created by renewal.
@@ -101,7 +95,7 @@ class _RWHandle(Lock):
 
     @property
     def _queue_key(self) -> bytes:
-        return self._rw.base_key
+        return self._rw.keys.base
 
     @property
     def _member(self) -> bytes:
@@ -126,7 +120,7 @@ class _RWHandle(Lock):
             token,
             self._ttl,
             script=self._script,
-            fence_key=self._rw.fence_key,
+            fence_key=self._rw.keys.fence,
             more_keys=self._more_keys(),
             more_args=self._more_args(),
             keys_asked=self._keys_asked,
@@ -139,8 +133,8 @@ class _RWHandle(Lock):
             self._key,
             token,
             script=RW_RELEASE_SCRIPT,
-            more_keys=(rw.readers_key,),
-            more_args=(self._member, rw.channel),
+            more_keys=(rw.keys.readers,),
+            more_args=(self._member, rw.keys.channel),
         )
 
 
@@ -151,7 +145,7 @@ class ReadLock(_RWHandle):
 
     def __init__(self, manager: LockManager, rw: RWLock) -> None:
         self._id = secrets.token_hex(8).encode()
-        super().__init__(manager, rw, role="read", key=rw.reader_prefix + self._id)
+        super().__init__(manager, rw, role="read", key=rw.keys.reader_prefix + self._id)
 
     @property
     def _member(self) -> bytes:
@@ -161,7 +155,7 @@ class ReadLock(_RWHandle):
 
     def _more_keys(self) -> tuple[bytes, ...]:
         rw = self._rw
-        return (rw.writer_key, rw.intent_key, rw.readers_key)
+        return (rw.keys.writer, rw.keys.intent, rw.keys.readers)
 
     def _more_args(self) -> tuple[bytes, ...]:
         return (self._id,)
@@ -171,21 +165,21 @@ class WriteLock(_RWHandle):
     """Exclusive access to a :class:`RWLock`: no reader and no other writer."""
 
     def __init__(self, manager: LockManager, rw: RWLock) -> None:
-        super().__init__(manager, rw, role="write", key=rw.writer_key)
+        super().__init__(manager, rw, role="write", key=rw.keys.writer)
         self._will_wait = True
 
     _script = RW_WRITE_SCRIPT
 
     def _more_keys(self) -> tuple[bytes, ...]:
-        return (self._rw.intent_key, self._rw.readers_key)
+        return (self._rw.keys.intent, self._rw.keys.readers)
 
     def _more_args(self) -> tuple[bytes, ...]:
-        return (self._rw.reader_prefix, b"1" if self._will_wait else b"0")
+        return (self._rw.keys.reader_prefix, b"1" if self._will_wait else b"0")
 
     def _keys_asked(self, reply: Any) -> tuple[bytes, ...] | None:
         # {2, id, ...}: the readers whose keys the script must be given.
         if type(reply) is list and reply and reply[0] == 2:
-            prefix = self._rw.reader_prefix
+            prefix = self._rw.keys.reader_prefix
             return tuple(prefix + member for member in reply[1:])
         return None
 

@@ -210,6 +210,41 @@ MUTANTS = [
         "    return ttl - drift(ttl, drift_factor)",
         ("tests/test_quorum.py",),
     ),
+    # Issue 13's rules.
+    Mutant(
+        "the writer's script is not given the readers' keys it asked for",
+        "aiolock/_quorum.py",
+        "        elif rounds >= MAX_KEY_ROUNDS:",
+        "        elif rounds >= 0:",
+        ("tests/test_primitives.py",),
+    ),
+    Mutant(
+        "a subscription confirmed late does not wake the waiter",
+        "aiolock/_waiting.py",
+        "late.add_done_callback(lambda _done: queue.wake.set())",
+        "late.add_done_callback(lambda _done: None)",
+        (
+            "tests/test_failures.py::"
+            "test_a_subscription_confirmed_late_still_hears_a_release_made_before_it",
+        ),
+    ),
+    Mutant(
+        "waiters do not poll where pub/sub is refused",
+        "aiolock/_waiting.py",
+        "sleep = min(sleep, POLL_INTERVAL)",
+        "sleep = sleep",
+        (
+            "tests/test_failures.py::"
+            "test_pubsub_refused_by_acl_waiters_poll_and_it_is_logged_once_per_node",
+        ),
+    ),
+    Mutant(
+        "releases on a sharded cluster announced with a plain PUBLISH",
+        "aiolock/_cluster.py",
+        "            if self.sharded_pubsub:\n                script = self._as_sharded(script)\n",
+        "",
+        ("tests/test_cluster.py::test_waiters_use_sharded_pubsub_where_the_cluster_has_it",),
+    ),
     # mutmut's survivors in _renewal.py, pinned by a test outside its selection.
     Mutant(
         "renewal batch waits only node_timeout (latency-bound renewal)",
