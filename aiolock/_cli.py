@@ -12,10 +12,10 @@ from typing import Any
 
 import redis.asyncio as redis
 
+from ._connection import display_url
 from ._errors import LockLost, QuorumError
 from ._keys import fence_key, lock_key
 from ._manager import LockManager
-from ._node import _display_url
 from ._scripts import FORCE_RELEASE
 from .testing import Server, redis_servers
 
@@ -92,7 +92,7 @@ async def _demo(workers: int, rounds: int) -> None:
                     for url in servers:
                         client = redis.Redis.from_url(url)
                         try:
-                            await client.delete(f"{locks.prefix}{{demo:long-job}}")
+                            await client.delete(lock_key(locks.prefix.encode(), "demo:long-job"))
                         finally:
                             await client.aclose()
                     log("   key deleted behind the holder's back on every node ...")
@@ -118,8 +118,8 @@ def _open(node: _NodeArg) -> tuple[str, redis.Redis | redis.RedisCluster]:
     if cluster:
         # One logical node: the client routes each command to the key's master.
         client = redis.RedisCluster.from_url(url, socket_timeout=2, socket_connect_timeout=2)
-        return f"cluster {_display_url(url)}", client
-    return _display_url(url), redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
+        return f"cluster {display_url(url)}", client
+    return display_url(url), redis.Redis.from_url(url, socket_timeout=2, socket_connect_timeout=2)
 
 
 async def _inspect(name: str, nodes: Sequence[_NodeArg], prefix: str) -> int:
@@ -130,7 +130,7 @@ async def _inspect(name: str, nodes: Sequence[_NodeArg], prefix: str) -> int:
         try:
             url, client = _open(node)
         except Exception as exc:
-            print(f"  {_display_url(node[0])}: unreachable ({type(exc).__name__}: {exc})")
+            print(f"  {display_url(node[0])}: unreachable ({type(exc).__name__}: {exc})")
             continue
         try:
             value = await client.get(key)
@@ -162,7 +162,7 @@ async def _force_release(name: str, nodes: Sequence[_NodeArg], prefix: str) -> i
             url, client = _open(node)
         except Exception as exc:
             failed += 1
-            print(f"  {_display_url(node[0])}: unreachable ({type(exc).__name__}: {exc})")
+            print(f"  {display_url(node[0])}: unreachable ({type(exc).__name__}: {exc})")
             continue
         try:
             # Deletes and wakes the waiters in one call (RedisCluster has no

@@ -19,12 +19,7 @@ What a cluster adds:
   ``per_key_args`` are split by slot and their replies put back in order; a part
   that fails counts as failed for its own keys only.
 - **Sharded pub/sub** on Redis 7.0+ and Valkey: releases are announced with
-  ``SPUBLISH`` (to the channel's shard only: a plain ``PUBLISH`` is broadcast to
-  every server of the cluster, and ElastiCache Serverless offers only the sharded
-  kind), and waiters ``SSUBSCRIBE`` on the master of the channel's slot (see
-  :class:`ClusterSubscriber`). Each channel shares its lock's hash tag, so the
-  release script publishes within its own slot. On older servers: ``PUBLISH``,
-  heard on any server.
+  ``SPUBLISH`` (see _pubsub.py for why, and for the waiters' side).
 
 The cluster is one vote: replication inside it is asynchronous, so a failover can
 lose a lock that was just taken, as with one standalone master and its replica.
@@ -36,7 +31,6 @@ import asyncio
 import contextlib
 import functools
 import time
-from collections.abc import Callable
 from typing import Any, Final
 
 from redis.asyncio import RedisCluster
@@ -50,18 +44,12 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from ._node import (
-    Callback,
-    Node,
-    Script,
-    Subscriber,
-    cluster_endpoint,
-    ignore,
-    node_name,
-)
+from ._connection import Callback, cluster_endpoint, ignore, node_name
+from ._node import Node
 from ._redis import cluster_addresses
+from ._scripts import Script
 
-__all__ = ["ClusterNode", "ClusterSubscriber", "is_cluster"]
+__all__ = ["Address", "ClusterNode"]
 
 #: How many MOVED/ASK redirects one request may follow.
 MAX_REDIRECTS: Final = 5
@@ -75,18 +63,7 @@ MIN_REFRESH_INTERVAL: Final = 0.1
 SHARDED_PUBSUB: Final = (7, 0)
 
 
-def sharded(script: Script) -> Script:
-    """``script`` announcing with ``SPUBLISH`` (never failing its caller for it)."""
-    source = script.source.replace(b"redis.call('publish'", b"redis.pcall('spublish'")
-    return Script(source, per_key_args=script.per_key_args)
-
-
 Address = tuple[str, int]
-
-
-def is_cluster(spec: object) -> bool:
-    """Whether ``spec`` is a ``redis.asyncio.RedisCluster`` client."""
-    return isinstance(spec, RedisCluster)
 
 
 class _Request:
@@ -135,18 +112,17 @@ class ClusterNode:
         self._refreshed_at = -MIN_REFRESH_INTERVAL
         # Requests waiting for the slot map to be read (again), with their deadline.
         self._held: list[tuple[float, _Request]] = []
-        self._closed = False
-        # Each script as sent when the cluster has sharded pub/sub (see sharded()).
+        self.closed = False
+        # Each script as sent when the cluster has sharded pub/sub (see Script.sharded()).
         self._sharded_scripts: dict[Script, Script] = {}
         # Loaded on each master's connection: both kinds, whichever the cluster uses.
         self._loaded = tuple(dict.fromkeys((*scripts, *map(self._as_sharded, scripts))))
-        #: Whether releases use SPUBLISH and waiters SSUBSCRIBE: every master heard
-        #: from so far runs Redis 7.0+ (or Valkey); None while none was.
+        #: Releases use SPUBLISH and waiters SSUBSCRIBE: every master heard from so
+        #: far runs Redis 7.0+ or Valkey (``None``: none was heard from yet).
         self.sharded_pubsub: bool | None = None
 
     def __repr__(self) -> str:
-        masters = len(set(self._slots) - {None})
-        return f"<ClusterNode {self.name} masters={masters}>"
+        return f"<ClusterNode {self.name} masters={len(set(self._slots) - {None})}>"
 
     # -- requests ---------------------------------------------------------------
 
@@ -205,7 +181,7 @@ class ClusterNode:
     def _dispatch(self, request: _Request, *, may_hold: bool) -> None:
         address = self._slots[request.slot]
         if address is None:
-            if self._closed:
+            if self.closed:
                 request.callback(RedisConnectionError(f"{self.name}: the lock manager is closed"))
             elif may_hold:
                 self._hold(request)
@@ -233,12 +209,12 @@ class ClusterNode:
         swapped = self._sharded_scripts.get(script)
         if swapped is None:
             publishes = b"'publish'" in script.source
-            swapped = self._sharded_scripts[script] = sharded(script) if publishes else script
+            swapped = self._sharded_scripts[script] = script.sharded() if publishes else script
         return swapped
 
     def _on_reply(self, address: Address, request: _Request, reply: Any) -> None:
         # (MovedError is a subclass of AskError.)
-        if isinstance(reply, AskError) and request.redirects < MAX_REDIRECTS and not self._closed:
+        if isinstance(reply, AskError) and request.redirects < MAX_REDIRECTS and not self.closed:
             request.redirects += 1
             target = (reply.host or address[0], int(reply.port))
             if isinstance(reply, MovedError):
@@ -249,7 +225,7 @@ class ClusterNode:
                 self._server(target).call((b"ASKING",), ignore)
                 self._send(target, request)
             return
-        if isinstance(reply, TryAgainError) and not self._closed:
+        if isinstance(reply, TryAgainError) and not self.closed:
             # A multi-key request in a slot being migrated, some keys moved already:
             # the migration ends soon. Re-sent until the request's own budget (the
             # node_timeout) is spent, not a fixed number of times. (The source may
@@ -266,7 +242,7 @@ class ClusterNode:
         if (
             isinstance(reply, RedisConnectionError)
             and request.redirects < MAX_REDIRECTS
-            and not self._closed
+            and not self.closed
         ):
             # The slot's master is gone, maybe failed over already: read the slot
             # map again and re-send if the slot has another master now; else fail
@@ -297,7 +273,7 @@ class ClusterNode:
                 self._client,
                 request_timeout=self._request_timeout,
                 scripts=self._loaded,
-                endpoint=cluster_endpoint(self._client, address, self._connect_timeout),
+                endpoint=self.endpoint(address),
             )
             node.on_identity = self._on_identity
             self._servers[address] = node
@@ -313,11 +289,6 @@ class ClusterNode:
         """The master serving ``slot``, as far as the slot map knows."""
         return self._slots[slot]
 
-    @property
-    def closed(self) -> bool:
-        """Whether :meth:`aclose` was called."""
-        return self._closed
-
     def redirected(self, slot: int, address: Address | None) -> None:
         """A server said ``slot`` is served elsewhere; the slot map is read again soon.
 
@@ -332,7 +303,7 @@ class ClusterNode:
         return cluster_endpoint(self._client, address, self._connect_timeout)
 
     def _refresh_soon(self) -> None:
-        if self._refreshing is None and not self._closed:
+        if self._refreshing is None and not self.closed:
             self._refreshing = asyncio.get_running_loop().create_task(self._refresh())
 
     async def _refresh(self) -> None:
@@ -403,7 +374,7 @@ class ClusterNode:
 
     async def connect(self) -> None:
         """Read the slot map and connect to every master, without raising on failure."""
-        if self._closed:
+        if self.closed:
             return
         if not self._mapped:
             self._refresh_soon()
@@ -415,7 +386,7 @@ class ClusterNode:
 
     async def aclose(self) -> None:
         """Close every connection; requests still waiting fail with ConnectionError."""
-        self._closed = True
+        self.closed = True
         refreshing = self._refreshing
         if refreshing is not None:
             refreshing.cancel()
@@ -427,93 +398,3 @@ class ClusterNode:
             request.callback(error)
         for node in self._servers.values():
             await node.aclose()
-
-
-class ClusterSubscriber:
-    """The waiters' pub/sub on a cluster: sharded where the cluster has it.
-
-    With sharded pub/sub each channel is subscribed (``SSUBSCRIBE``) on the master
-    serving its slot, one connection per master; a channel whose slot moves (a
-    ``MOVED`` reply, or the server dropping it) is subscribed again where the slot
-    went, and the waiters are woken (a release may have been missed meanwhile).
-    Otherwise one connection to any server, with plain ``SUBSCRIBE``.
-    """
-
-    def __init__(
-        self,
-        node: ClusterNode,
-        *,
-        on_message: Callable[[bytes, bytes], None],
-        on_reset: Callable[[], None],
-    ) -> None:
-        self.name = node.name
-        self._node = node
-        self._on_message = on_message
-        self._on_reset = on_reset
-        self._plain = Subscriber(node.spec, on_message=on_message, on_reset=on_reset)
-        self._shards: dict[Address, Subscriber] = {}
-        self._where: dict[bytes, Subscriber] = {}
-
-    @property
-    def refused(self) -> Exception | None:
-        """Why pub/sub is refused on a server we listen on, if it is (see Subscriber)."""
-        for subscriber in (self._plain, *self._shards.values()):
-            if subscriber.refused is not None:
-                return subscriber.refused
-        return None
-
-    @property
-    def channels(self) -> frozenset[bytes]:
-        """The channels subscribed to (or about to be)."""
-        return frozenset(self._where)
-
-    def subscribe(self, channel: bytes) -> asyncio.Future[None]:
-        """Subscribe to ``channel``; the future is done when the server confirmed it."""
-        subscriber = self._plain
-        if self._node.sharded_pubsub:
-            address = self._node.address_of(key_slot(channel))
-            if address is not None:
-                subscriber = self._shard(address)
-        self._where[channel] = subscriber
-        return subscriber.subscribe(channel)
-
-    def unsubscribe(self, channel: bytes) -> None:
-        """Stop listening on ``channel``."""
-        subscriber = self._where.pop(channel, None)
-        if subscriber is not None:
-            subscriber.unsubscribe(channel)
-
-    def _shard(self, address: Address) -> Subscriber:
-        subscriber = self._shards.get(address)
-        if subscriber is None:
-            subscriber = self._shards[address] = Subscriber(
-                None,
-                on_message=self._on_message,
-                on_reset=self._on_reset,
-                endpoints=[self._node.endpoint(address)],
-                sharded=True,
-                on_moved=self._moved,
-            )
-        return subscriber
-
-    def _moved(self, channel: bytes, redirect: Exception | None) -> None:
-        if channel not in self._where:
-            return  # unsubscribed meanwhile
-        if isinstance(redirect, MovedError):
-            self._node.redirected(redirect.slot_id, (redirect.host, int(redirect.port)))
-        else:
-            self._node.redirected(key_slot(channel), None)
-        # Subscribed again where the map says now: a second MOVED (the map was stale)
-        # comes back here; a release meanwhile may have gone unheard.
-        asyncio.get_running_loop().call_later(MIN_REFRESH_INTERVAL, self._resubscribe, channel)
-        self._on_reset()
-
-    def _resubscribe(self, channel: bytes) -> None:
-        if channel in self._where and not self._node.closed:
-            self.subscribe(channel)
-
-    async def aclose(self) -> None:
-        """Close every connection."""
-        for subscriber in (self._plain, *self._shards.values()):
-            await subscriber.aclose()
-        self._where.clear()

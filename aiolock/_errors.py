@@ -1,4 +1,4 @@
-"""The exception tree of the public API (see API.md)."""
+"""The exception tree of the public API (see docs/api.md)."""
 
 from __future__ import annotations
 

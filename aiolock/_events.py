@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final, Literal, TypeAlias
 
-__all__ = ["EventKind", "LockEvent", "logger"]
+__all__ = ["Emit", "EventKind", "LockEvent", "logger"]
 
 #: aiolock's logger: DEBUG for acquisitions and releases, WARNING for losses and
 #: outages. Messages name locks and nodes, never tokens.
@@ -31,3 +32,7 @@ class LockEvent:
     name: str
     seconds: float
     error: BaseException | None = None
+
+
+#: How the parts report events: ``emit(kind, name, seconds, error)`` (see _engine.py).
+Emit: TypeAlias = Callable[[EventKind, str, float, "BaseException | None"], None]

@@ -8,62 +8,47 @@ the ones already taken are released and ``acquire()`` returns ``False``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import math
-from collections.abc import Iterable
-from types import TracebackType
 from typing import TYPE_CHECKING
 
 import anyio
 
-from ._errors import LockError, LockLost, LockNotOwned, LockTimeout
-from ._lock import (
-    _DEFAULT,
-    Lock,
-    _Default,
-    check_name,
-    check_timeout,
-    close_loss_scope,
-    open_loss_scope,
-)
+from ._base import BaseHandle
+from ._errors import LockError, LockLost
+from ._lock import Lock
 
 if TYPE_CHECKING:
-    from ._manager import LockManager
+    from ._engine import Engine
+    from ._renewal import Renewal
 
-__all__ = ["LockMany", "check_names"]
-
-
-def check_names(names: object) -> tuple[str, ...]:
-    """Validate the names of a LockMany: a non-empty collection of lock names."""
-    if isinstance(names, str | bytes) or not isinstance(names, Iterable):
-        raise TypeError(f"names must be a collection of str, not {type(names).__name__}")
-    checked = sorted({check_name(name) for name in names})
-    if not checked:
-        raise ValueError("names must not be empty")
-    return tuple(checked)
+__all__ = ["LockMany"]
 
 
-class LockMany:
-    """Several locks taken and released together; created by :meth:`LockManager.lock_many`."""
+class LockMany(BaseHandle):
+    """Several locks taken and released together; created by :meth:`LockManager.lock_many`.
+
+    Same handle API as :class:`Lock`; ``name`` is the names joined by commas.
+    """
+
+    __slots__ = ("_locks", "_names")
+
+    _kind = "locks"
 
     def __init__(
         self,
-        manager: LockManager,
+        engine: Engine,
         names: tuple[str, ...],
         *,
         ttl: float,
         timeout: float | None,
         auto_renew: bool,
     ) -> None:
-        self._manager = manager
+        super().__init__(engine, ",".join(names), ttl=ttl, timeout=timeout)
         self._names = names
-        self._ttl = ttl
-        self._timeout = timeout
         self._locks = [
-            Lock(manager, name, ttl=ttl, timeout=timeout, auto_renew=auto_renew) for name in names
+            Lock(engine, name, ttl=ttl, timeout=timeout, auto_renew=auto_renew) for name in names
         ]
-        self._scope: anyio.CancelScope | None = None
 
     def __repr__(self) -> str:
         state = "held" if self.owned else "not held"
@@ -73,21 +58,6 @@ class LockMany:
     def names(self) -> tuple[str, ...]:
         """The names, sorted (the order they are acquired in)."""
         return self._names
-
-    @property
-    def name(self) -> str:
-        """The names joined by commas, for messages."""
-        return ",".join(self._names)
-
-    @property
-    def ttl(self) -> float:
-        """Time to live of each acquisition and renewal, in seconds."""
-        return self._ttl
-
-    @property
-    def timeout(self) -> float | None:
-        """Default wait of :meth:`acquire` and ``async with`` (``None``: forever)."""
-        return self._timeout
 
     @property
     def locks(self) -> tuple[Lock, ...]:
@@ -122,31 +92,11 @@ class LockMany:
         """Why one of the names was lost by the background renewal, if one was."""
         return next((lock.lost for lock in self._locks if lock.lost is not None), None)
 
-    async def wait_lost(self) -> LockLost:
-        """Wait until the renewal gives up on any of the names; return its ``LockLost``.
+    def _busy(self) -> bool:
+        return any(lock.owned for lock in self._locks)
 
-        Returns at once if one was already lost. Raises :class:`LockNotOwned` when the
-        names are not all held with ``auto_renew``.
-        """
-        lost = self.lost
-        if lost is not None:
-            return lost
-        if not self.owned or any(lock._renewal is None for lock in self._locks):
-            raise LockNotOwned(f"locks {self.name!r} are not held with auto_renew")
-        waits = [asyncio.ensure_future(lock.wait_lost()) for lock in self._locks]
-        try:
-            done, _pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            return next(iter(done)).result()
-        finally:
-            for wait in waits:
-                wait.cancel()
-
-    async def acquire(self, *, timeout: float | _Default | None = _DEFAULT) -> bool:  # noqa: ASYNC109
-        """Acquire every name (in sorted order) within ``timeout``, or none of them."""
-        wait = self._timeout if isinstance(timeout, _Default) else check_timeout(timeout)
-        if any(lock.owned for lock in self._locks):
-            raise RuntimeError(f"locks {self.name!r} are already held by this handle")
-        clock = self._manager._clock
+    async def _acquire(self, wait: float | None) -> bool:
+        clock = self._engine.clock
         deadline = math.inf if wait is None else clock() + wait
         taken: list[Lock] = []
         try:
@@ -170,7 +120,13 @@ class LockMany:
                 await lock.release()
 
     async def release(self) -> None:
-        """Release every name; then raise the first error met, if any."""
+        """Release every name; then raise the first error met, if any.
+
+        Raises:
+            LockNotOwned: a name was no longer held.
+            QuorumError: too many nodes failed to confirm a release.
+
+        """
         first: LockError | None = None
         for lock in reversed(self._locks):
             try:
@@ -181,7 +137,13 @@ class LockMany:
             raise first
 
     async def extend(self, ttl: float | None = None) -> None:
-        """Extend every name; then raise the first error met, if any."""
+        """Extend every name; then raise the first error met, if any.
+
+        Raises:
+            LockNotOwned: a name was not held.
+            QuorumError: too many nodes failed.
+
+        """
         first: LockError | None = None
         for lock in self._locks:
             try:
@@ -191,34 +153,15 @@ class LockMany:
         if first is not None:
             raise first
 
-    async def __aenter__(self) -> LockMany:
-        if not await self.acquire():
-            raise LockTimeout(f"locks {self.name!r} not acquired within {self._timeout}s")
-        self._scope = open_loss_scope(
-            [lock._renewal for lock in self._locks if lock._renewal is not None]
-        )
-        return self
+    def _renewals(self) -> list[Renewal] | None:
+        renewals = []
+        for lock in self._locks:
+            one = lock._renewals()  # noqa: SLF001 - a Lock, a handle of the same family
+            if one is None:
+                return None
+            renewals.extend(one)
+        return renewals
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        scope, self._scope = self._scope, None
-        foreign = close_loss_scope(scope, exc_type, exc, tb)
-        lost: LockLost | None = next(
-            (lock.lost for lock in self._locks if lock.lost is not None), None
-        )
-        if lost is not None:
-            await self._release_quietly([lock for lock in self._locks if lock._token is not None])
-            if foreign:
-                return
-            raise lost
-        try:
-            await self.release()
-        except LockError:
-            if foreign:
-                return
-            raise
-        return
+    async def _drop(self) -> None:
+        # (A name not held any more raises LockNotOwned at once, without I/O.)
+        await self._release_quietly(self._locks)

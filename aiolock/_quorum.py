@@ -22,272 +22,43 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import anyio
 
+from ._connection import Callback, ignore
 from ._fencing import fence_retention
 from ._keys import fence_key as fence_key_of
-from ._node import Callback, Script, ignore
 from ._scripts import (
-    ACQUIRE,
-    EXTEND,
-    EXTEND_MANY,
+    ACQUIRE_SCRIPT,
+    EXTEND_MANY_SCRIPT,
+    EXTEND_SCRIPT,
     NOT_FREE,
-    RAISE_FENCE,
-    RELEASE,
-    REPAIR,
-    RW_READ,
-    RW_RELEASE,
-    RW_WRITE,
+    RAISE_FENCE_SCRIPT,
+    RELEASE_SCRIPT,
+    Script,
+)
+from ._votes import (
+    Attempt,
+    BatchVotes,
+    Classifier,
+    NodeLike,
+    Veto,
+    Votes,
+    drift,
+    is_one,
+    is_taken,
+    milliseconds,
+    quorum_size,
+    wait_decided,
 )
 
-__all__ = [
-    "DRIFT_FLOOR",
-    "REPAIR_SCRIPT",
-    "Attempt",
-    "BatchVotes",
-    "NodeLike",
-    "Quorum",
-    "Votes",
-    "drift",
-    "milliseconds",
-    "quorum_size",
-    "validity",
-]
+__all__ = ["BATCH_LIMIT", "MAX_KEY_ROUNDS", "Quorum"]
 
-#: The constant part of the clock-drift allowance, in seconds (2 ms).
-DRIFT_FLOOR: Final = 0.002
-
-ACQUIRE_SCRIPT: Final = Script(ACQUIRE)
-RELEASE_SCRIPT: Final = Script(RELEASE)
-RAISE_FENCE_SCRIPT: Final = Script(RAISE_FENCE)
-RW_READ_SCRIPT: Final = Script(RW_READ)
-RW_WRITE_SCRIPT: Final = Script(RW_WRITE)
-RW_RELEASE_SCRIPT: Final = Script(RW_RELEASE)
-EXTEND_SCRIPT: Final = Script(EXTEND)
-EXTEND_MANY_SCRIPT: Final = Script(EXTEND_MANY, per_key_args=2)
-REPAIR_SCRIPT: Final = Script(REPAIR)
-SCRIPTS: Final = (ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT, RAISE_FENCE_SCRIPT)
-#: Loaded on first use (NOSCRIPT fallback): most applications never need them.
-RW_SCRIPTS: Final = (RW_READ_SCRIPT, RW_WRITE_SCRIPT, RW_RELEASE_SCRIPT)
 #: How often one node may be asked again with the keys its reply named (see acquire).
 MAX_KEY_ROUNDS: Final = 3
 #: Most locks renewed by one script call (bounds the time a node spends in it).
 BATCH_LIMIT: Final = 1000
-
-_PENDING: Final[Any] = object()
-
-
-class NodeLike(Protocol):
-    """What the engine needs of a node (a real :class:`~aiolock._node.Node` or a fake)."""
-
-    @property
-    def spec(self) -> object: ...
-
-    @property
-    def name(self) -> str: ...
-
-    def call(self, args: tuple[bytes, ...], callback: Callback) -> None: ...
-
-    def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None: ...
-
-
-def quorum_size(n: int) -> int:
-    """The number of nodes that must agree: a strict majority."""
-    return n // 2 + 1
-
-
-def drift(ttl: float, drift_factor: float) -> float:
-    """The allowance for clock drift between the nodes and us over ``ttl``."""
-    return ttl * drift_factor + DRIFT_FLOOR
-
-
-def validity(ttl: float, elapsed: float, drift_factor: float) -> float:
-    """Seconds the lock stays valid after an attempt that took ``elapsed`` seconds."""
-    return ttl - elapsed - drift(ttl, drift_factor)
-
-
-# A classifier maps one node's reply to True (a vote for), False (a definite
-# "no": held by someone else, not ours) or None (a failure: error or timeout).
-Classifier = Callable[[Any], bool | None]
-# A veto turns node i's yes into a failed vote when it returns an exception (a node
-# in its restart quarantine); consulted when the reply arrives, not when it is sent.
-Veto = Callable[[int], BaseException | None]
-
-
-def _is_taken(reply: Any) -> bool | None:
-    # ACQUIRE replies [1, fence] when taken, [0, pttl, holder] when held by someone
-    # else (the read-write lock's scripts: [0, pttl]).
-    if type(reply) is list and len(reply) >= 2:
-        return bool(reply[0] == 1)
-    return None
-
-
-def _is_one(reply: Any) -> bool | None:
-    if isinstance(reply, BaseException):
-        return None
-    return bool(reply == 1)
-
-
-class Votes:
-    """The replies of one fan-out, counted as they arrive."""
-
-    __slots__ = (
-        "_classify",
-        "_early",
-        "_veto",
-        "_waiter",
-        "failed",
-        "n",
-        "no",
-        "quorum",
-        "replies",
-        "verdicts",
-        "yes",
-    )
-
-    def __init__(
-        self,
-        n: int,
-        quorum: int,
-        classify: Classifier,
-        waiter: asyncio.Future[None],
-        *,
-        early: bool,
-        veto: Veto | None = None,
-    ) -> None:
-        self.n = n
-        self.quorum = quorum
-        self.replies: list[Any] = [_PENDING] * n
-        self.verdicts: list[bool | None] = [None] * n
-        self.yes = 0
-        self.no = 0
-        self.failed = 0
-        self._classify = classify
-        self._waiter = waiter
-        self._early = early
-        self._veto = veto
-
-    @property
-    def won(self) -> bool:
-        """A quorum voted for."""
-        return self.yes >= self.quorum
-
-    @property
-    def outage(self) -> bool:
-        """Failing nodes alone make a quorum impossible (as opposed to contention)."""
-        return self.failed > self.n - self.quorum
-
-    def errors(self, nodes: Sequence[NodeLike]) -> dict[object, BaseException]:
-        """The failure of each failing node, keyed by what the user passed."""
-        return {
-            nodes[i].spec: reply
-            for i, reply in enumerate(self.replies)
-            if isinstance(reply, BaseException)
-        }
-
-    def record(self, i: int, reply: Any) -> None:
-        """Count node ``i``'s reply; a reply after the timeout is ignored."""
-        if self.replies[i] is not _PENDING:
-            return
-        verdict = self._classify(reply)
-        if verdict and self._veto is not None:
-            refused = self._veto(i)
-            if refused is not None:  # a yes that does not count: a failed vote
-                reply, verdict = refused, None
-        self.replies[i] = reply
-        self.verdicts[i] = verdict
-        if verdict:
-            self.yes += 1
-        elif verdict is None:
-            self.failed += 1
-        else:
-            self.no += 1
-        if not self._waiter.done() and self.decided():
-            self._waiter.set_result(None)
-
-    def decided(self) -> bool:
-        """Every node answered, or (``early``) the outcome can no longer change."""
-        return self.yes + self.no + self.failed == self.n or (
-            self._early
-            and (self.yes >= self.quorum or self.no + self.failed > self.n - self.quorum)
-        )
-
-    def expire(self, timeout: float, names: Sequence[str]) -> None:
-        """Count every node still pending as failed by timeout."""
-        for i, reply in enumerate(self.replies):
-            if reply is _PENDING:
-                self.record(i, TimeoutError(f"{names[i]}: no reply within {timeout:g}s"))
-
-
-@dataclass(slots=True)
-class Attempt:
-    """The outcome of one acquire attempt."""
-
-    votes: Votes
-    #: Monotonic time at which the lock stops being valid, when acquired.
-    expires_at: float | None
-    #: The fencing token of the acquisition, when acquired.
-    fence: int | None = None
-
-    @property
-    def acquired(self) -> bool:
-        """A quorum took the key with validity to spare."""
-        return self.expires_at is not None
-
-    @property
-    def outage(self) -> bool:
-        """Failing nodes alone made a quorum impossible."""
-        return self.votes.outage
-
-    def holder_ttl(self) -> float | None:
-        """Seconds until the other holder's key expires on enough nodes, if known.
-
-        The longest remaining time to live among the nodes that said "held": a
-        waiter whose wake-up message is lost sleeps at most this long.
-        """
-        pttls = [
-            reply[1]
-            for reply, verdict in zip(self.votes.replies, self.votes.verdicts, strict=True)
-            if verdict is False and type(reply) is list and reply[1] >= 0
-        ]
-        return max(pttls) / 1000 if pttls else None
-
-
-class _Awaited(Protocol):
-    """Votes being counted: a future set once :meth:`decided` (see _uncancellable)."""
-
-    _waiter: asyncio.Future[None]
-
-    def decided(self) -> bool: ...
-
-
-async def _uncancellable(votes: _Awaited) -> None:
-    """Wait until ``votes`` are decided even if cancelled meanwhile; re-raise after.
-
-    The wait is bounded by the fan-out timer, so this costs at most ``node_timeout``.
-    The usual path awaits the future directly: ``asyncio.shield`` would cost a
-    future and an event-loop iteration more on every release.
-    """
-    try:
-        await votes._waiter
-        return
-    except asyncio.CancelledError as exc:
-        # The cancellation also cancelled the future (unless it was already set):
-        # wait on fresh ones, shielded from anyio's cancel scopes too (which would
-        # otherwise deliver the cancellation again at every await).
-        cancelled = exc
-    loop = asyncio.get_running_loop()
-    with anyio.CancelScope(shield=True):
-        while not votes.decided():
-            waiter = votes._waiter = loop.create_future()
-            try:
-                await asyncio.shield(waiter)
-            except asyncio.CancelledError as exc:  # native asyncio cancellation
-                cancelled = exc
-    raise cancelled
 
 
 class Quorum:
@@ -313,6 +84,14 @@ class Quorum:
         self.clock = clock
         #: Consulted for each yes to an acquire (see :data:`Veto`); None: none.
         self.veto: Veto | None = None
+
+    def expiry(self, start: float, ttl: float) -> float:
+        """When a key set for ``ttl`` by requests sent at ``start`` stops being valid.
+
+        Each node that applied the request keeps the key until at least ``start +
+        ttl`` by its own clock; ours may run faster by the drift allowance.
+        """
+        return start + ttl - drift(ttl, self.drift_factor)
 
     def _start(
         self,
@@ -357,13 +136,13 @@ class Quorum:
         )
         try:
             if shielded:
-                await _uncancellable(votes)
+                await wait_decided(votes)
             else:
                 await waiter
         finally:
             timer.cancel()
-            if not votes._waiter.done():
-                votes._waiter.cancel()
+            if not votes.waiter.done():
+                votes.waiter.cancel()
             if then is not None:
                 # Also when the caller was cancelled meanwhile (shielded: the votes
                 # are decided by now): the caller's state must follow the nodes'.
@@ -424,7 +203,7 @@ class Quorum:
         try:
             # A node in its restart quarantine is still asked (its state catches up),
             # but its yes does not count.
-            votes = await self._run(send, _is_taken, veto=self.veto)
+            votes = await self._run(send, is_taken, veto=self.veto)
             fence = None
             if votes.won:
                 fence = await self._settle_fence(votes, fence_key, retention)
@@ -434,9 +213,9 @@ class Quorum:
                 await self.release(key, token, wait_all=True)
             raise
         if fence is not None:
-            expires_at = start + ttl - drift(ttl, self.drift_factor)
+            expires_at = self.expiry(start, ttl)
             if expires_at > self.clock():
-                return Attempt(votes, expires_at, fence)
+                return Attempt(votes, expires_at, fence, start)
         maybe_taken = [i for i in range(self.n) if votes.verdicts[i] is not False]
         if maybe_taken:
             # The clean-up frees nothing for others when one holder has a quorum
@@ -489,7 +268,7 @@ class Quorum:
         # Too few nodes hold the token: it must be durable on a majority first.
         # Nodes at the token count as confirmed; every other node is asked.
         ask = [i for i in range(self.n) if not (verdicts[i] and replies[i][1] >= fence)]
-        raised = await self._run(send, _is_one, only=ask, others=1)
+        raised = await self._run(send, is_one, only=ask, others=1)
         return fence if raised.won else None
 
     async def release(
@@ -513,7 +292,7 @@ class Quorum:
         def send(node: NodeLike, callback: Callback) -> None:
             node.call_script(script, args, callback)
 
-        return await self._run(send, _is_one, early=not wait_all, shielded=True, only=only)
+        return await self._run(send, is_one, early=not wait_all, shielded=True, only=only)
 
     async def extend(
         self,
@@ -535,9 +314,9 @@ class Quorum:
             node.call_script(EXTEND_SCRIPT, args, callback)
 
         start = self.clock()
-        votes = await self._run(send, _is_one, shielded=True, then=then)
+        votes = await self._run(send, is_one, shielded=True, then=then)
         if votes.won:
-            expires_at = start + ttl - drift(ttl, self.drift_factor)
+            expires_at = self.expiry(start, ttl)
             if expires_at > self.clock():
                 return votes, expires_at
         return votes, None
@@ -557,7 +336,9 @@ class Quorum:
         chunks = [
             (lo, min(lo + BATCH_LIMIT, len(items))) for lo in range(0, len(items), BATCH_LIMIT)
         ]
-        batch = BatchVotes(len(items), self.n * len(chunks), self.clock(), waiter)
+        batch = BatchVotes(
+            len(items), n=self.n, chunks=len(chunks), start=self.clock(), waiter=waiter
+        )
         if not chunks:
             return batch
         timer = loop.call_later(timeout, batch.expire, self.nodes, chunks, timeout)
@@ -576,78 +357,10 @@ class Quorum:
                     functools.partial(batch.record, node, ni, lo, hi),
                 )
         try:
-            await _uncancellable(batch)
+            await wait_decided(batch)
         finally:
             timer.cancel()
         return batch
-
-
-class BatchVotes:
-    """Per-lock vote counts of one batched extend (see :meth:`Quorum.extend_many`)."""
-
-    __slots__ = (
-        "_answered",
-        "_outstanding",
-        "_waiter",
-        "errors",
-        "failed",
-        "missing",
-        "no",
-        "start",
-        "yes",
-    )
-
-    def __init__(
-        self, m: int, outstanding: int, start: float, waiter: asyncio.Future[None]
-    ) -> None:
-        self.start = start
-        self.yes = [0] * m
-        self.no = [0] * m
-        self.failed = [0] * m
-        self.errors: dict[object, BaseException] = {}
-        #: For each lock that some node said it does not hold: those nodes' indices.
-        self.missing: dict[int, list[int]] = {}
-        self._answered: set[tuple[int, int]] = set()
-        self._outstanding = outstanding
-        self._waiter = waiter
-
-    def record(self, node: NodeLike, ni: int, lo: int, hi: int, reply: Any) -> None:
-        """Count node ``ni``'s reply for the locks ``lo`` to ``hi`` (exclusive)."""
-        if (ni, lo) in self._answered:
-            return
-        self._answered.add((ni, lo))
-        if isinstance(reply, BaseException) or not isinstance(reply, list):
-            error = reply if isinstance(reply, BaseException) else TypeError(repr(reply))
-            self.errors[node.spec] = error
-            for j in range(lo, hi):
-                self.failed[j] += 1
-        else:
-            for j, one in zip(range(lo, hi), reply, strict=False):
-                if one == 1:
-                    self.yes[j] += 1
-                elif isinstance(one, BaseException):  # one part of a split call failed
-                    self.errors[node.spec] = one
-                    self.failed[j] += 1
-                else:
-                    self.no[j] += 1
-                    self.missing.setdefault(j, []).append(ni)
-        self._outstanding -= 1
-        if self._outstanding == 0 and not self._waiter.done():
-            self._waiter.set_result(None)
-
-    def decided(self) -> bool:
-        """Every (node, chunk) answered or timed out."""
-        return self._outstanding == 0
-
-    def expire(
-        self, nodes: Sequence[NodeLike], chunks: Sequence[tuple[int, int]], timeout: float
-    ) -> None:
-        """Count every (node, chunk) still unanswered as failed by timeout."""
-        for ni, node in enumerate(nodes):
-            for lo, hi in chunks:
-                if (ni, lo) not in self._answered:
-                    error = TimeoutError(f"{node.name}: no reply within {timeout:g}s")
-                    self.record(node, ni, lo, hi, error)
 
 
 def _call_with_keys_asked(
@@ -678,8 +391,3 @@ def _call_with_keys_asked(
             node.call_script(script, (b"%d" % (numkeys + len(more)), *keys, *more, *argv), on_reply)
 
     node.call_script(script, args, on_reply)
-
-
-def milliseconds(seconds: float) -> int:
-    """Whole milliseconds for PX/PEXPIRE, at least 1."""
-    return max(1, int(seconds * 1000))

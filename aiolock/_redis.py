@@ -127,7 +127,8 @@ def take_over(conn: AbstractConnection) -> asyncio.StreamWriter | None:
     when garbage-collected, so keep it), or ``None`` if there is no stream.
     """
     writer: asyncio.StreamWriter | None = getattr(conn, "_writer", None)
-    conn._writer = conn._reader = None  # type: ignore[attr-defined,unused-ignore]
+    # redis-py's own attributes: this module is the one that touches them.
+    conn._writer = conn._reader = None  # type: ignore[attr-defined,unused-ignore]  # noqa: SLF001
     return writer
 
 

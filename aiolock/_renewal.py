@@ -33,20 +33,18 @@ import asyncio
 import contextlib
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import anyio
 
+from ._connection import ignore
 from ._errors import LockLost, LockNotOwned, QuorumError
-from ._events import logger
+from ._events import Emit, logger
 from ._fencing import fence_retention
+from ._hold import Hold
 from ._keys import fence_key
-from ._node import ignore
-from ._quorum import REPAIR_SCRIPT, drift, milliseconds
-
-if TYPE_CHECKING:
-    from ._lock import Lock
-    from ._manager import LockManager
+from ._quorum import Quorum
+from ._scripts import REPAIR_SCRIPT
+from ._votes import milliseconds
 
 __all__ = ["Renewal", "Renewer"]
 
@@ -62,40 +60,41 @@ class Renewal:
         "active",
         "due",
         "give_up_at",
+        "hold",
         "hold_until",
         "last_error",
-        "lock",
         "lost",
         "token",
     )
 
-    def __init__(self, renewer: Renewer, lock: Lock, token: bytes, now: float) -> None:
+    def __init__(self, renewer: Renewer, hold: Hold, now: float) -> None:
         self._renewer = renewer
-        self.lock = lock
-        self.token = token
+        self.hold = hold
+        self.token = hold.token
         self.active = True
         self.lost: LockLost | None = None
         self.last_error: BaseException | None = None
         self._callbacks: list[Callable[[], object]] = []
         self._event: asyncio.Event | None = None
         self._timer: asyncio.TimerHandle | None = None
-        max_hold = lock.max_hold
-        self.hold_until = math.inf if max_hold is None else now + max_hold
-        self.validity_changed(lock.ttl)  # sets due and give_up_at, arms the timer
+        self.hold_until = hold.deadline(now)
+        self._schedule(hold.ttl)  # sets due and give_up_at, arms the timer
 
     def validity_changed(self, ttl: float) -> None:
-        """The lock's validity was set by an extension of ``ttl``: move the schedule.
+        """The hold's validity was set by an extension of ``ttl``: move the schedule."""
+        self._schedule(ttl)
+        self._renewer.rescheduled(self)
 
-        The deadline is ``guard`` before the new validity ends; the next renewal is
-        due a third of ``ttl`` after it began (so that an ``extend()`` to a shorter
-        ttl is renewed in time), and never later than the deadline.
+    def _schedule(self, ttl: float) -> None:
+        """Set the deadline and the next renewal from the hold's validity.
+
+        The deadline is ``guard`` before the validity ends; the next renewal is due a
+        third of ``ttl`` after the validity began (so that an ``extend()`` to a
+        shorter ttl is renewed in time), and never later than the deadline.
         """
-        expires_at = self.lock._expires_at
-        renewer = self._renewer
-        self.give_up_at = expires_at - renewer.guard(ttl)
-        # expires_at = start + ttl - drift: due at start + ttl / 3.
-        began = expires_at - ttl + drift(ttl, renewer._manager.drift_factor)
-        self.due = min(began + ttl / 3, self.give_up_at)
+        hold = self.hold
+        self.give_up_at = hold.expires_at - self._renewer.guard(ttl)
+        self.due = min(hold.valid_from + ttl / 3, self.give_up_at)
         self._arm()
 
     def _arm(self) -> None:
@@ -104,12 +103,12 @@ class Renewal:
         if not self.active:
             return
         deadline = min(self.give_up_at, self.hold_until)
-        delay = deadline - self._renewer._manager._clock()
+        delay = deadline - self._renewer.clock()
         self._timer = asyncio.get_running_loop().call_later(max(0.0, delay), self._deadline)
 
     def _deadline(self) -> None:
         self._timer = None
-        now = self._renewer._manager._clock()
+        now = self._renewer.clock()
         if now >= self.hold_until:
             self.declare_lost("max_hold reached", None)
         elif now >= self.give_up_at:
@@ -148,13 +147,14 @@ class Renewal:
         """Give the lock up: it is no longer owned, and whoever waits is told."""
         if self.lost is not None:
             return
-        lost = LockLost(f"lock {self.lock.name!r} lost: {reason}")
+        hold = self.hold
+        lost = LockLost(f"lock {hold.name!r} lost: {reason}")
         lost.__cause__ = cause
         self.lost = lost
-        manager = self._renewer._manager
-        manager._emit("lost", self.lock.name, manager._clock() - self.lock._acquired_at, lost)
+        renewer = self._renewer
+        renewer.emit("lost", hold.name, renewer.clock() - hold.acquired_at, lost)
         self.stop()
-        # From now on the lock is not owned and remaining() is 0 (see Lock.remaining);
+        # From now on the lock is not owned and remaining() is 0 (see Hold.remaining);
         # its token stays so that release() still deletes what remains on the nodes.
         if self._event is not None:
             self._event.set()
@@ -164,10 +164,15 @@ class Renewal:
 
 
 class Renewer:
-    """Renews every auto-renewed lock of one manager from one background task."""
+    """Renews every auto-renewed lock of one manager from one background task.
 
-    def __init__(self, manager: LockManager) -> None:
-        self._manager = manager
+    ``quorum``: the nodes' renewal connections; ``emit``: where losses are reported.
+    """
+
+    def __init__(self, quorum: Quorum, *, emit: Emit) -> None:
+        self._quorum = quorum
+        self.clock = quorum.clock
+        self.emit = emit
         self._renewals: dict[Renewal, None] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -179,19 +184,18 @@ class Renewer:
 
     def guard(self, ttl: float) -> float:
         """How long before validity ends the holder is told of a failing renewal."""
-        return min(ttl / 5, max(3 * self._manager.node_timeout, 0.05))
+        return min(ttl / 5, max(3 * self._quorum.node_timeout, 0.05))
 
     def retry_interval(self, ttl: float) -> float:
         """Pause before retrying a renewal that failed without a verdict."""
-        return max(ttl / 10, 2 * self._manager.node_timeout)
+        return max(ttl / 10, 2 * self._quorum.node_timeout)
 
-    def start(self, lock: Lock) -> Renewal:
-        """Start renewing ``lock`` (just acquired)."""
-        token = lock._token
-        assert token is not None  # noqa: S101
+    def start(self, hold: Hold) -> Renewal:
+        """Start renewing ``hold`` (just acquired); it is ``hold.renewal`` from now on."""
         if self._closed:
             raise RuntimeError("the lock manager is closed")
-        renewal = Renewal(self, lock, token, self._manager._clock())
+        renewal = Renewal(self, hold, self.clock())
+        hold.renewal = renewal
         self._renewals[renewal] = None
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
@@ -220,14 +224,14 @@ class Renewer:
             renewal.stop()
 
     async def _run(self) -> None:
-        clock = self._manager._clock
+        clock = self.clock
         while True:
             now = clock()
             # Due soon: renew with this batch rather than wake up again. Then sleep
             # until the next lock is *due*, not merely in the window: locks that came
             # into the window during this batch join the next one rather than each
             # starting a batch of its own.
-            due = [r for r in self._renewals if now >= r.due - r.lock.ttl / 6]
+            due = [r for r in self._renewals if now >= r.due - r.hold.ttl / 6]
             if due:
                 try:
                     await self._renew(due)
@@ -244,51 +248,52 @@ class Renewer:
                     await self._wake.wait()
 
     async def _renew(self, due: list[Renewal]) -> None:
-        manager = self._manager
-        quorum = manager._renewal_quorum
-        clock = manager._clock
+        quorum = self._quorum
+        clock = self.clock
         # Renewal is not latency-bound: a batch may take a node longer than one
         # small request, up to a sixth of the shortest ttl, but not past the first
         # deadline in it (each deadline's timer fires regardless: this only frees
         # the renewer for the next batch in time).
         first_deadline = min(r.give_up_at for r in due) - clock()
-        budget = max(quorum.node_timeout, min(min(r.lock.ttl for r in due) / 6, first_deadline))
-        extensions = [r.lock._begin_extension() for r in due]
+        budget = max(quorum.node_timeout, min(min(r.hold.ttl for r in due) / 6, first_deadline))
+        extensions = [r.hold.begin_extension() for r in due]
         start = clock()
         try:
             batch = await quorum.extend_many(
-                [(r.lock._key, r.token, r.lock.ttl) for r in due], budget=budget
+                [(r.hold.key, r.token, r.hold.ttl) for r in due], budget=budget
             )
         except BaseException:
             for renewal, extension in zip(due, extensions, strict=True):
-                renewal.lock._end_extension(extension, renewal.token, start, renewal.lock.ttl)
+                ttl = renewal.hold.ttl
+                renewal.hold.end_extension(extension, start, quorum.expiry(start, ttl), ttl)
             raise
         now = clock()
         for j, renewal in enumerate(due):
-            lock = renewal.lock
-            won = batch.yes[j] >= quorum.quorum
-            lock._end_extension(extensions[j], renewal.token, start, lock.ttl, won=won)
+            hold = renewal.hold
+            won = batch.won(j)
+            expires_at = quorum.expiry(start, hold.ttl)
+            hold.end_extension(extensions[j], start, expires_at, hold.ttl, won=won)
             if not renewal.active:
                 continue  # released, dropped or lost meanwhile
-            if won and lock.remaining() > 0.0:
+            if won and hold.remaining(now) > 0.0:
                 renewal.last_error = None
                 missing = batch.missing.get(j)
-                if missing and lock._repairable:
+                if missing and hold.repairable:
                     self._repair(renewal, missing)
                 continue
-            if batch.no[j] > quorum.n - quorum.quorum:
+            if batch.rejected(j):
                 renewal.declare_lost(
                     "the key is gone or held by another token on a majority of nodes",
-                    LockNotOwned(f"lock {lock.name!r} not held on a majority of nodes"),
+                    LockNotOwned(f"lock {hold.name!r} not held on a majority of nodes"),
                 )
                 continue
             renewal.last_error = QuorumError(
-                f"renewal of lock {lock.name!r}: {batch.failed[j]} of {quorum.n} nodes failed",
+                f"renewal of lock {hold.name!r}: {batch.failed[j]} of {quorum.n} nodes failed",
                 batch.errors,
             )
             # Retry, and leave time for one more try before giving up.
             renewal.due = now + min(
-                self.retry_interval(lock.ttl), max(0.0, (renewal.give_up_at - now) / 2)
+                self.retry_interval(hold.ttl), max(0.0, (renewal.give_up_at - now) / 2)
             )
 
     def _repair(self, renewal: Renewal, nodes: list[int]) -> None:
@@ -299,20 +304,20 @@ class Renewer:
         counter our token, so that one more node failure does not lose a lock that a
         restart had thinned out. Not awaited: the next renewal counts it.
         """
-        lock = renewal.lock
-        fence = lock._fencing_token
+        hold = renewal.hold
+        fence = hold.fence
         if fence is None:  # pragma: no cover - a renewed lock has its token
             return
-        ttl = lock.ttl
+        ttl = hold.ttl
         args = (
             b"2",
-            lock._key,
-            fence_key(lock._key),
+            hold.key,
+            fence_key(hold.key),
             renewal.token,
             b"%d" % milliseconds(ttl),
             b"%d" % fence,
             b"%d" % milliseconds(fence_retention(ttl)),
         )
-        nodes_of = self._manager._renewal_quorum.nodes
+        nodes_of = self._quorum.nodes
         for i in nodes:
             nodes_of[i].call_script(REPAIR_SCRIPT, args, ignore)

@@ -23,66 +23,53 @@ import secrets
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ._base import Configured
 from ._keys import RWKeys
-from ._lock import _DEFAULT, Lock, _Default
-from ._node import Script
-from ._quorum import RW_READ_SCRIPT, RW_RELEASE_SCRIPT, RW_WRITE_SCRIPT, Attempt, Votes
+from ._lock import Lock
+from ._scripts import RW_READ_SCRIPT, RW_RELEASE_SCRIPT, RW_WRITE_SCRIPT, Script
+from ._votes import Attempt, Votes
 
 if TYPE_CHECKING:
-    from ._manager import LockManager
+    from ._engine import Engine
 
 __all__ = ["RWLock", "ReadLock", "WriteLock"]
 
 
-class RWLock:
+class RWLock(Configured):
     """A read-write lock; created by :meth:`LockManager.rwlock`.
 
     ``read()`` and ``write()`` return new, unacquired handles with the API of
     :class:`Lock`.
     """
 
-    def __init__(
-        self, manager: LockManager, name: str, *, ttl: float, timeout: float | None
-    ) -> None:
-        self._manager = manager
-        self._name = name
-        self._ttl = ttl
-        self._timeout = timeout
+    def __init__(self, engine: Engine, name: str, *, ttl: float, timeout: float | None) -> None:
+        super().__init__(name, ttl=ttl, timeout=timeout)
+        self._engine = engine
         #: Every key and the channel of this name (see _keys.py).
-        self.keys = RWKeys(manager._key(name))
+        self.keys = RWKeys(engine.key(name))
 
     def __repr__(self) -> str:
         return f"<RWLock {self._name!r} ttl={self._ttl:g}>"
 
-    @property
-    def name(self) -> str:
-        """The lock's name."""
-        return self._name
-
-    @property
-    def ttl(self) -> float:
-        """Time to live of each acquisition and renewal, in seconds."""
-        return self._ttl
-
     def read(self) -> ReadLock:
         """A new handle for shared (read) access."""
-        return ReadLock(self._manager, self)
+        return ReadLock(self._engine, self)
 
     def write(self) -> WriteLock:
         """A new handle for exclusive (write) access."""
-        return WriteLock(self._manager, self)
+        return WriteLock(self._engine, self)
 
 
 class _RWHandle(Lock):
     """What the read and the write handles share: their queue, channel and release."""
 
-    def __init__(self, manager: LockManager, rw: RWLock, *, role: str, key: bytes) -> None:
+    def __init__(self, engine: Engine, rw: RWLock, *, role: str, key: bytes) -> None:
         self._rw = rw
         super().__init__(
-            manager,
+            engine,
             f"{rw.name}[{role}]",
             ttl=rw.ttl,
-            timeout=rw._timeout,
+            timeout=rw.timeout,
             auto_renew=True,
             key=key,
         )
@@ -115,7 +102,7 @@ class _RWHandle(Lock):
     _keys_asked: Callable[[Any], tuple[bytes, ...] | None] | None = None
 
     async def _attempt(self, token: bytes) -> Attempt:
-        return await self._manager._quorum.acquire(
+        return await self._engine.quorum.acquire(
             self._key,
             token,
             self._ttl,
@@ -129,7 +116,7 @@ class _RWHandle(Lock):
     async def _release_votes(self, token: bytes, *, local: bool = False) -> Votes:
         # (Readers and writers always announce a release: ``local`` is not used.)
         rw = self._rw
-        return await self._manager._quorum.release(
+        return await self._engine.quorum.release(
             self._key,
             token,
             script=RW_RELEASE_SCRIPT,
@@ -143,9 +130,9 @@ class ReadLock(_RWHandle):
 
     _exclusive = False
 
-    def __init__(self, manager: LockManager, rw: RWLock) -> None:
+    def __init__(self, engine: Engine, rw: RWLock) -> None:
         self._id = secrets.token_hex(8).encode()
-        super().__init__(manager, rw, role="read", key=rw.keys.reader_prefix + self._id)
+        super().__init__(engine, rw, role="read", key=rw.keys.reader_prefix + self._id)
 
     @property
     def _member(self) -> bytes:
@@ -164,8 +151,8 @@ class ReadLock(_RWHandle):
 class WriteLock(_RWHandle):
     """Exclusive access to a :class:`RWLock`: no reader and no other writer."""
 
-    def __init__(self, manager: LockManager, rw: RWLock) -> None:
-        super().__init__(manager, rw, role="write", key=rw.keys.writer)
+    def __init__(self, engine: Engine, rw: RWLock) -> None:
+        super().__init__(engine, rw, role="write", key=rw.keys.writer)
         self._will_wait = True
 
     _script = RW_WRITE_SCRIPT
@@ -183,9 +170,8 @@ class WriteLock(_RWHandle):
             return tuple(prefix + member for member in reply[1:])
         return None
 
-    async def acquire(self, *, timeout: float | _Default | None = _DEFAULT) -> bool:  # noqa: ASYNC109
-        """As :meth:`Lock.acquire`; a writer that waits keeps new readers out meanwhile."""
-        wait = self._timeout if isinstance(timeout, _Default) else timeout
-        # A writer that only tries once must not hold readers back after it gave up.
+    async def _acquire(self, wait: float | None) -> bool:
+        # A writer that waits keeps new readers out meanwhile; one that only tries
+        # once must not hold readers back after it gave up.
         self._will_wait = wait is None or wait > 0
-        return await super().acquire(timeout=timeout)
+        return await super()._acquire(wait)

@@ -1,23 +1,38 @@
 """Lua scripts run on each node. Pure data: each is headed by its KEYS, ARGV and return.
 
 Every script touches only keys of one lock name, all sharing one hash tag, so the
-scripts also run on Redis Cluster nodes.
+scripts also run on Redis Cluster nodes. At the end, each as a :class:`Script`: its
+source with its SHA1, what the nodes run.
 """
 
 from __future__ import annotations
 
+import hashlib
+from typing import Final
+
 __all__ = [
     "ACQUIRE",
+    "ACQUIRE_SCRIPT",
     "EXTEND",
     "EXTEND_MANY",
+    "EXTEND_MANY_SCRIPT",
+    "EXTEND_SCRIPT",
     "FORCE_RELEASE",
     "NOT_FREE",
     "RAISE_FENCE",
+    "RAISE_FENCE_SCRIPT",
     "RELEASE",
+    "RELEASE_SCRIPT",
     "REPAIR",
+    "REPAIR_SCRIPT",
     "RW_READ",
+    "RW_READ_SCRIPT",
     "RW_RELEASE",
+    "RW_RELEASE_SCRIPT",
     "RW_WRITE",
+    "RW_WRITE_SCRIPT",
+    "SCRIPTS",
+    "Script",
 ]
 
 # The fencing lines shared by every acquire script: KEYS[2] is the name's counter,
@@ -256,3 +271,41 @@ if redis.call('get', KEYS[1]) == ARGV[1] then
 end
 return 0
 """
+
+
+class Script:
+    """A Lua script with its SHA1, run with EVALSHA and re-sent with EVAL on NOSCRIPT.
+
+    ``per_key_args``: when non-zero, the script treats each key alike, with that many
+    arguments of its own (key *i* owns ``ARGV[per_key_args*(i-1)+1 ...]``), and replies
+    with one value per key. Such a call may be split by the keys' hash slots (see
+    :class:`aiolock._cluster.ClusterNode`); any other must keep its keys in one slot.
+    """
+
+    __slots__ = ("per_key_args", "sha", "source")
+
+    def __init__(self, source: bytes, *, per_key_args: int = 0) -> None:
+        self.source = source
+        self.per_key_args = per_key_args
+        # SHA1 names the script for EVALSHA; it is not used for security.
+        self.sha = hashlib.sha1(source, usedforsecurity=False).hexdigest().encode()
+
+    def sharded(self) -> Script:
+        """The script announcing with ``SPUBLISH`` (never failing its caller for it)."""
+        source = self.source.replace(b"redis.call('publish'", b"redis.pcall('spublish'")
+        return Script(source, per_key_args=self.per_key_args)
+
+
+ACQUIRE_SCRIPT: Final = Script(ACQUIRE)
+RELEASE_SCRIPT: Final = Script(RELEASE)
+RAISE_FENCE_SCRIPT: Final = Script(RAISE_FENCE)
+RW_READ_SCRIPT: Final = Script(RW_READ)
+RW_WRITE_SCRIPT: Final = Script(RW_WRITE)
+RW_RELEASE_SCRIPT: Final = Script(RW_RELEASE)
+EXTEND_SCRIPT: Final = Script(EXTEND)
+EXTEND_MANY_SCRIPT: Final = Script(EXTEND_MANY, per_key_args=2)
+REPAIR_SCRIPT: Final = Script(REPAIR)
+#: Loaded on each node's first connection: the hot path's.
+SCRIPTS: Final = (ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT, RAISE_FENCE_SCRIPT)
+# The others are loaded on first use (NOSCRIPT fallback): most applications never
+# need the read-write lock's, and the renewal connections load their own two.

@@ -41,9 +41,9 @@ from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 
-from ._cluster import ClusterNode, ClusterSubscriber
+from ._cluster import ClusterNode
 from ._keys import release_channel
-from ._node import Subscriber
+from ._pubsub import ClusterSubscriber, Subscriber
 from ._scripts import NOT_FREE
 
 __all__ = ["Outcome", "Waiting"]

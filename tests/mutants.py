@@ -33,29 +33,36 @@ MUTANTS = [
     Mutant(
         "lock_many body not cancelled on loss",
         "aiolock/_many.py",
-        "[lock._renewal for lock in self._locks if lock._renewal is not None]",
-        "[]",
+        "            renewals.extend(one)\n        return renewals",
+        "            renewals.extend(one)\n        return []",
         ("tests/test_primitives.py",),
     ),
     Mutant(
         "semaphore body not cancelled on loss",
         "aiolock/_semaphore.py",
-        "self._held._enter_scope()",
-        "pass",
+        "return self._held._renewals() if self._held is not None else None",
+        "return [] if self._held is not None else None",
         ("tests/test_primitives.py",),
     ),
     Mutant(
-        "validity after an extension without drift",
-        "aiolock/_lock.py",
-        "expires_at = start + ttl - drift(ttl, self._manager._quorum.drift_factor)",
-        "expires_at = start + ttl",
+        "validity after a renewal without drift",
+        "aiolock/_renewal.py",
+        "expires_at = quorum.expiry(start, hold.ttl)",
+        "expires_at = start + hold.ttl",
         ("tests/test_renewal.py",),
+    ),
+    Mutant(
+        "validity after extend() without drift",
+        "aiolock/_lock.py",
+        "expires_at = quorum.expiry(start, new_ttl)",
+        "expires_at = start + new_ttl",
+        ("tests/test_lock.py",),
     ),
     Mutant(
         "extend() not shielded from the caller's cancellation",
         "aiolock/_quorum.py",
-        "votes = await self._run(send, _is_one, shielded=True, then=then)",
-        "votes = await self._run(send, _is_one, shielded=False, then=then)",
+        "votes = await self._run(send, is_one, shielded=True, then=then)",
+        "votes = await self._run(send, is_one, shielded=False, then=then)",
         ("tests/test_lock.py",),
     ),
     Mutant(
@@ -75,28 +82,29 @@ MUTANTS = [
     ),
     Mutant(
         "extensions in flight together: the later reply wins",
-        "aiolock/_lock.py",
+        "aiolock/_hold.py",
         "if (not won or extension.overlapped) and",
         "if (not won) and",
         ("tests/test_lock.py",),
     ),
     Mutant(
         "extend() to a shorter ttl leaves the renewal schedule",
-        "aiolock/_lock.py",
-        "            renewal.validity_changed(ttl)\n            self._manager._renewer",
-        "            pass\n            self._manager._renewer",
+        "aiolock/_hold.py",
+        "        if renewal is not None and renewal.active:\n"
+        "            renewal.validity_changed(ttl)",
+        "        if renewal is not None and renewal.active:\n            pass",
         ("tests/test_lock.py",),
     ),
     Mutant(
         "one server's databases are several nodes",
-        "aiolock/_node.py",
+        "aiolock/_connection.py",
         'return ("tcp", host, int(kwargs.get("port", 6379)))',
         'return ("tcp", host, int(kwargs.get("port", 6379)), kwargs.get("db", 0))',
         ("tests/test_validation.py",),
     ),
     Mutant(
         "same run_id behind two addresses not refused",
-        "aiolock/_manager.py",
+        "aiolock/_engine.py",
         "and other.run_id == node.run_id:",
         "and False:",
         ("tests/test_failures.py",),
@@ -106,15 +114,15 @@ MUTANTS = [
     Mutant(
         "a renewal retry path that raises",
         "aiolock/_renewal.py",
-        "return max(ttl / 10, 2 * self._manager.node_timeout)",
-        "return max(None, 2 * self._manager.node_timeout)",
+        "return max(ttl / 10, 2 * self._quorum.node_timeout)",
+        "return max(None, 2 * self._quorum.node_timeout)",
         ("tests/test_renewal.py",),
     ),
     # Restart quarantine (issue 15).
     Mutant(
         "restart quarantine never applied",
-        "aiolock/_manager.py",
-        "            self._quorum.veto = self._quarantined\n",
+        "aiolock/_engine.py",
+        "            self.quorum.veto = self._quarantined\n",
         "            pass\n",
         (
             "tests/test_failures.py::test_a_majority_restarted_empty_is_quarantined_until_the_holder_is_gone",
@@ -149,10 +157,10 @@ MUTANTS = [
     Mutant(
         "repair after a renewal that did not win a quorum",
         "aiolock/_renewal.py",
-        "            if won and lock.remaining() > 0.0:\n",
+        "            if won and hold.remaining(now) > 0.0:\n",
         "            if batch.missing.get(j):\n"
         "                self._repair(renewal, batch.missing[j])\n"
-        "            if won and lock.remaining() > 0.0:\n",
+        "            if won and hold.remaining(now) > 0.0:\n",
         ("tests/test_failures.py",),
     ),
     Mutant(
@@ -198,7 +206,7 @@ MUTANTS = [
     ),
     Mutant(
         "quorum of half the nodes",
-        "aiolock/_quorum.py",
+        "aiolock/_votes.py",
         "    return n // 2 + 1",
         "    return n // 2",
         ("tests/test_quorum.py",),
@@ -206,8 +214,12 @@ MUTANTS = [
     Mutant(
         "validity without the time the attempt took",
         "aiolock/_quorum.py",
-        "    return ttl - elapsed - drift(ttl, drift_factor)",
-        "    return ttl - drift(ttl, drift_factor)",
+        "            expires_at = self.expiry(start, ttl)\n"
+        "            if expires_at > self.clock():\n"
+        "                return Attempt(",
+        "            expires_at = self.expiry(self.clock(), ttl)\n"
+        "            if expires_at > self.clock():\n"
+        "                return Attempt(",
         ("tests/test_quorum.py",),
     ),
     # Issue 13's rules.
@@ -249,7 +261,7 @@ MUTANTS = [
     Mutant(
         "renewal batch waits only node_timeout (latency-bound renewal)",
         "aiolock/_renewal.py",
-        "budget = max(quorum.node_timeout, min(min(r.lock.ttl for r in due) / 6, first_deadline))",
+        "budget = max(quorum.node_timeout, min(min(r.hold.ttl for r in due) / 6, first_deadline))",
         "budget = quorum.node_timeout",
         (
             "tests/test_failures.py::"

@@ -20,13 +20,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from aiolock import LockManager
-from aiolock._node import Callback, Script
-from aiolock._quorum import (
+from aiolock._node import Callback
+from aiolock._quorum import Quorum
+from aiolock._scripts import (
     ACQUIRE_SCRIPT,
     EXTEND_SCRIPT,
     RAISE_FENCE_SCRIPT,
     RELEASE_SCRIPT,
-    Quorum,
+    Script,
 )
 from aiolock.testing import Server, Servers
 

@@ -9,7 +9,8 @@ import pytest
 import redis.asyncio as redis
 
 import aiolock
-from aiolock import Lock, LockManager, LockNotOwned, LockTimeout
+from aiolock import LockManager, LockNotOwned, LockTimeout
+from aiolock._hold import Extension, Hold
 
 from .conftest import key, settled_keys
 from .faults import proxies
@@ -214,6 +215,18 @@ async def test_extend_resets_validity_and_node_ttl(
     await lock.extend()
     assert 1.5 < lock.remaining() <= 2
     assert lock.ttl == 2
+    await lock.release()
+
+
+async def test_extend_counts_the_drift_allowance_off_the_new_validity(
+    locks: LockManager, name: str
+) -> None:
+    lock = locks.lock(name, ttl=2, auto_renew=False)
+    assert await lock.acquire()
+    drift = 20 * locks.drift_factor + 0.002  # 0.202 s at the default drift_factor
+    await lock.extend(20)
+    # Measured from before the requests went out, less the drift allowance.
+    assert 20 - drift - 1.0 < lock.remaining() <= 20 - drift
     await lock.release()
 
 
@@ -495,35 +508,52 @@ async def test_first_acquires_of_an_unentered_manager_wait_for_connections(
 # -- extensions racing each other: the validity believed is the earlier (pure logic) -------
 
 
-def _held(locks: LockManager, expires_in: float) -> Lock:
-    lock = locks.lock("n", ttl=9.0, auto_renew=False)
-    lock._token = b"t"
-    lock._expires_at = locks._clock() + expires_in
-    return lock
+def _held(locks: LockManager, expires_in: float) -> Hold:
+    now = locks._engine.clock()
+    return Hold(
+        "n",
+        b"k",
+        b"t",
+        ttl=9.0,
+        fence=1,
+        valid_from=now,
+        expires_at=now + expires_in,
+        acquired_at=now,
+    )
 
 
 def test_two_extensions_in_flight_leave_the_earlier_expiry_whatever_the_order() -> None:
     locks = LockManager(["redis://127.0.0.1:1"])  # no I/O here
     drift = 9.0 * locks.drift_factor + 0.002
+    expiry = locks._engine.quorum.expiry  # start + ttl - drift
+
+    def settle(hold: Hold, extension: Extension, start: float, ttl: float, *, won: bool) -> None:
+        hold.end_extension(extension, start, expiry(start, ttl), ttl, won=won)
+
     for first in ("renewal", "extend"):
-        lock = _held(locks, 9.0)
-        start = locks._clock()
-        in_flight = {"renewal": (lock._begin_extension(), 9.0)}
-        in_flight["extend"] = (lock._begin_extension(), 1.0)
+        hold = _held(locks, 9.0)
+        start = locks._engine.clock()
+        in_flight = {"renewal": (hold.begin_extension(), 9.0)}
+        in_flight["extend"] = (hold.begin_extension(), 1.0)
         for which in (first, "extend" if first == "renewal" else "renewal"):
             extension, ttl = in_flight[which]
-            lock._end_extension(extension, b"t", start, ttl, won=True)
+            settle(hold, extension, start, ttl, won=True)
         # The nodes may have applied either PEXPIRE last: believe the earlier expiry.
-        assert lock._expires_at <= start + 1.0, first
+        assert hold.expires_at <= start + 1.0, first
     # Alone, a confirmed extension sets the validity, shorter or longer.
-    lock = _held(locks, 9.0)
-    start = locks._clock()
-    lock._end_extension(lock._begin_extension(), b"t", start, 1.0, won=True)
-    assert lock._expires_at == pytest.approx(start + 1.0 - (1.0 * locks.drift_factor + 0.002))
-    lock._end_extension(lock._begin_extension(), b"t", start, 9.0, won=True)
-    assert lock._expires_at == pytest.approx(start + 9.0 - drift)
+    hold = _held(locks, 9.0)
+    start = locks._engine.clock()
+    settle(hold, hold.begin_extension(), start, 1.0, won=True)
+    assert hold.expires_at == pytest.approx(start + 1.0 - (1.0 * locks.drift_factor + 0.002))
+    settle(hold, hold.begin_extension(), start, 9.0, won=True)
+    assert hold.expires_at == pytest.approx(start + 9.0 - drift)
     # Not confirmed: never longer than before, shorter if the nodes may hold it so.
-    lock._end_extension(lock._begin_extension(), b"t", start, 20.0, won=False)
-    assert lock._expires_at == pytest.approx(start + 9.0 - drift)
-    lock._end_extension(lock._begin_extension(), b"t", start, 2.0, won=False)
-    assert lock._expires_at < start + 2.0
+    settle(hold, hold.begin_extension(), start, 20.0, won=False)
+    assert hold.expires_at == pytest.approx(start + 9.0 - drift)
+    settle(hold, hold.begin_extension(), start, 2.0, won=False)
+    assert hold.expires_at < start + 2.0
+    # Released meanwhile: an extension settling late changes nothing.
+    hold.ended = True
+    before = hold.expires_at
+    settle(hold, hold.begin_extension(), start, 1.0, won=True)
+    assert hold.expires_at == before

@@ -11,16 +11,10 @@ from typing import Any
 import anyio
 import pytest
 
-from aiolock._node import Callback, Script
-from aiolock._quorum import (
-    ACQUIRE_SCRIPT,
-    DRIFT_FLOOR,
-    RELEASE_SCRIPT,
-    Quorum,
-    drift,
-    quorum_size,
-    validity,
-)
+from aiolock._node import Callback
+from aiolock._quorum import Quorum
+from aiolock._scripts import ACQUIRE_SCRIPT, RELEASE_SCRIPT, Script
+from aiolock._votes import DRIFT_FLOOR, drift, quorum_size
 
 TAKEN = [1, 0]  # ACQUIRE's reply when the key was set
 HELD = [0, 5000]  # ... when someone else holds it, 5 s to live
@@ -94,8 +88,9 @@ def test_quorum_is_a_strict_majority(n: int, q: int) -> None:
 
 def test_validity_subtracts_elapsed_and_drift() -> None:
     assert drift(10.0, 0.01) == pytest.approx(0.1 + DRIFT_FLOOR)
-    assert validity(10.0, 0.5, 0.01) == pytest.approx(10.0 - 0.5 - 0.102)
-    assert validity(1.0, 0.999, 0.01) < 0
+    expiry = make([FakeNode("n")]).expiry  # start + ttl - drift
+    assert expiry(100.0, 10.0) - 100.5 == pytest.approx(10.0 - 0.5 - 0.102)
+    assert expiry(100.0, 1.0) - 100.999 < 0
 
 
 async def test_acquire_validity_is_measured_from_before_first_request() -> None:

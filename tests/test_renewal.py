@@ -89,7 +89,7 @@ async def test_majority_hung_cancels_holder_before_validity_runs_out(
                         await asyncio.sleep(10)
                     finally:
                         # Validity the lock still had when the body was cancelled.
-                        left_at_cancel.append(lock._expires_at - time.monotonic())
+                        left_at_cancel.append(lock._hold.expires_at - time.monotonic())
                         assert not lock.owned
                         assert lock.remaining() == 0.0
         finally:
@@ -114,7 +114,7 @@ async def test_wait_lost_returns_before_validity_ends(servers: Servers, name: st
             server.pause()
         try:
             lost = await asyncio.wait_for(lock.wait_lost(), 5)
-            assert lock._expires_at - time.monotonic() > 0.0
+            assert lock._hold.expires_at - time.monotonic() > 0.0
             assert isinstance(lost, LockLost)
             assert lock.lost is lost
             assert not lock.owned
@@ -262,7 +262,7 @@ async def test_outer_cancellation_is_not_turned_into_lock_lost(
 async def test_a_failing_renewal_tick_does_not_end_renewal(
     locks: LockManager, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    quorum = locks._renewal_quorum
+    quorum = locks._engine.renewal_quorum
     original = quorum.extend_many
     calls = 0
 

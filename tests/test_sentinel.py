@@ -14,7 +14,8 @@ import redis.asyncio as redis
 from redis.asyncio.sentinel import Sentinel
 
 from aiolock import LockManager, QuorumError
-from aiolock.testing import Servers, _free_port, _ping, find_server_binary, redis_servers
+from aiolock.testing import Servers, find_server_binary, redis_servers
+from aiolock.testing._servers import free_port, ping
 
 from .conftest import key
 
@@ -24,7 +25,7 @@ async def run_sentinel(master_port: int, directory: Path, *settings: str) -> Asy
     """A sentinel watching the server on ``master_port`` as service "mymaster"."""
     binary = find_server_binary()
     assert binary is not None
-    port = _free_port()
+    port = free_port()
     conf = directory / "sentinel.conf"
     lines = [
         f"port {port}",
@@ -39,7 +40,7 @@ async def run_sentinel(master_port: int, directory: Path, *settings: str) -> Asy
     )
     try:
         for _ in range(500):
-            if await _ping(port):
+            if await ping(port):
                 break
             await asyncio.sleep(0.02)
         yield port

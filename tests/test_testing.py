@@ -11,6 +11,7 @@ import redis.asyncio as redis
 
 from aiolock import testing
 from aiolock.testing import Server, redis_servers
+from aiolock.testing._docker import docker_answers
 
 
 async def test_redis_servers_start_answer_and_are_stopped_after() -> None:
@@ -76,7 +77,7 @@ def test_server_binary_is_found_without_redis_on_path(monkeypatch: pytest.Monkey
 def test_docker_detection_is_fast_without_an_engine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/docker.sock")
     started = time.monotonic()
-    assert testing._docker_answers() is False
+    assert docker_answers() is False
     assert time.monotonic() - started < 1.0
 
 

@@ -45,11 +45,11 @@ async def test_waiters_acquire_in_fifo_order(locks: LockManager, name: str) -> N
     for i in range(8):
         tasks.append(asyncio.create_task(waiter(i)))
         await asyncio.sleep(0.02)  # queue them in a known order
-    assert locks._waiting.waiters(locks._key(name)) == 8
+    assert locks._engine.waiting.waiters(locks._engine.key(name)) == 8
     await holder.release()
     await asyncio.gather(*tasks)
     assert order == list(range(8))
-    assert locks._waiting.waiters(locks._key(name)) == 0
+    assert locks._engine.waiting.waiters(locks._engine.key(name)) == 0
 
 
 async def test_release_wakes_waiter_in_another_manager_at_once(urls: list[str], name: str) -> None:
@@ -119,7 +119,7 @@ async def test_waiter_timeout_leaves_queue_and_others_proceed(
     assert await impatient.acquire(timeout=0.3) is False
     assert 0.25 < time.monotonic() - started < 3.0
     assert not impatient.owned
-    assert locks._waiting.waiters(locks._key(name)) == 1
+    assert locks._engine.waiting.waiters(locks._engine.key(name)) == 1
     assert [await c.get(key(name)) for c in clients] == [holder_token] * 5
     await holder.release()
     assert await patient
@@ -140,7 +140,7 @@ async def test_cancelled_head_passes_its_turn_on(locks: LockManager, name: str) 
     assert await asyncio.wait_for(second, 5)
     assert second_lock.owned
     await second_lock.release()
-    assert locks._waiting.waiters(locks._key(name)) == 0
+    assert locks._engine.waiting.waiters(locks._engine.key(name)) == 0
 
 
 async def test_commands_per_handoff_do_not_grow_with_waiters(
@@ -235,7 +235,7 @@ async def test_waiters_listen_on_n_minus_quorum_plus_one_nodes_and_hear_every_re
     servers: Servers, clients: list[redis.Redis], name: str
 ) -> None:
     async with LockManager(servers) as holder_side, LockManager(servers) as waiter_side:
-        listened = [s.name for s in waiter_side._waiting._listeners(key(name).encode())]
+        listened = [s.name for s in waiter_side._engine.waiting._listeners(key(name).encode())]
         assert len(listened) == 3  # of 5: any quorum of 3 shares one of them
         holder = holder_side.lock(name, ttl=30)
         assert await holder.acquire(timeout=0)
@@ -288,10 +288,10 @@ async def test_a_local_handoff_nobody_took_is_announced_as_free(
     waiter = asyncio.create_task(locks.lock(name, ttl=30).acquire(timeout=10))
     await asyncio.sleep(0.2)  # queued, tried once, asleep
     announced: list[bytes] = []
-    locks._waiting._announce = announced.append  # type: ignore[method-assign]
+    locks._engine.waiting._announce = announced.append  # type: ignore[method-assign]
     channel = key(name).encode() + b":released"
     # The lock is promised to the local waiter, which leaves before trying.
-    assert locks._waiting.released(key(name).encode())
+    assert locks._engine.waiting.released(key(name).encode())
     waiter.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await waiter

