@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import anyio
 
-from ._checks import check_timeout
+from ._checks import check_timeout, shown
 from ._errors import LockError, LockLost, LockNotOwned, LockTimeout
 from ._waiting import Outcome
 
@@ -88,7 +88,7 @@ class BaseHandle(Configured):
 
     @property
     def _what(self) -> str:
-        return f"{self._kind} {self._name!r}"
+        return f"{self._kind} {shown(self._name)}"
 
     # -- hooks ----------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ __all__ = [
     "check_number",
     "check_timeout",
     "check_ttl",
+    "shown",
 ]
 
 #: The longest ttl (and ``max_hold``), in seconds: a year. Far inside what ``PX`` takes,
@@ -31,6 +32,17 @@ MAX_NAME_BYTES: Final = 4096
 #: The most holders a semaphore may have: a try on a full semaphore costs one quorum
 #: attempt per slot (and a waiter listens on every slot's channel).
 MAX_SEMAPHORE_LIMIT: Final = 1000
+
+
+#: How much of a name messages and logs show (a name may be 4 KB).
+SHOWN_CHARS: Final = 100
+
+
+def shown(name: str) -> str:
+    """``name`` for a message or a log line: quoted, and cut when long."""
+    if len(name) <= SHOWN_CHARS:
+        return repr(name)
+    return f"{name[:SHOWN_CHARS]!r}... ({len(name.encode(errors='replace'))} bytes)"
 
 
 def check_number(value: object, what: str) -> float:

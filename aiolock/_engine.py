@@ -23,7 +23,7 @@ from typing import Final
 import anyio
 from redis.asyncio import RedisCluster
 
-from ._checks import check_ttl
+from ._checks import check_ttl, shown
 from ._cluster import ClusterNode
 from ._connection import NodeSpec, ignore
 from ._errors import NodeQuarantined, QuorumError
@@ -140,7 +140,7 @@ class Engine:
         level = logging.WARNING if error is not None else logging.DEBUG
         if logger.isEnabledFor(level):
             detail = f": {error}" if error is not None else ""
-            logger.log(level, "lock %r %s after %.3fs%s", name, kind, seconds, detail)
+            logger.log(level, "lock %s %s after %.3fs%s", shown(name), kind, seconds, detail)
 
     def quorum_error(self, what: str, votes: Votes) -> QuorumError:
         """The error for ``what`` (say, "acquire of lock 'x'") when too many nodes failed."""

@@ -6,6 +6,7 @@ import secrets
 from typing import TYPE_CHECKING, Final
 
 from ._base import BaseHandle
+from ._checks import shown
 from ._errors import LockLost, LockNotOwned, QuorumError
 from ._hold import Hold
 from ._scripts import NOT_FREE
@@ -54,7 +55,7 @@ class Lock(BaseHandle):
 
     def __repr__(self) -> str:
         state = f"held, {self.remaining():.3f}s left" if self.owned else "not held"
-        return f"<Lock {self._name!r} ttl={self._ttl:g} {state}>"
+        return f"<Lock {shown(self._name)} ttl={self._ttl:g} {state}>"
 
     # -- properties -----------------------------------------------------------------
 
@@ -128,7 +129,7 @@ class Lock(BaseHandle):
         return True
 
     def _outage(self, outcome: Attempt) -> QuorumError:
-        return self._engine.quorum_error(f"acquire of lock {self._name!r}", outcome.votes)
+        return self._engine.quorum_error(f"acquire of {self._what}", outcome.votes)
 
     # -- release / extend ---------------------------------------------------------------
 
@@ -146,7 +147,7 @@ class Lock(BaseHandle):
         """
         hold = self._hold
         if hold is None:
-            raise LockNotOwned(f"lock {self._name!r} is not held")
+            raise LockNotOwned(f"{self._what} is not held")
         self._stop_renewal()
         engine = self._engine
         expired = self.remaining() <= 0.0
@@ -161,15 +162,14 @@ class Lock(BaseHandle):
         if self._report:
             engine.emit("released", self._name, held)
         if expired:
-            raise LockNotOwned(f"lock {self._name!r} had expired before release")
+            raise LockNotOwned(f"{self._what} had expired before release")
         if votes.won:
             return
         if votes.rejected:
             raise LockNotOwned(
-                f"lock {self._name!r} was not held any more on a majority of nodes "
-                "(taken over or deleted)"
+                f"{self._what} was not held any more on a majority of nodes (taken over or deleted)"
             )
-        raise engine.quorum_error(f"release of lock {self._name!r}", votes)
+        raise engine.quorum_error(f"release of {self._what}", votes)
 
     async def extend(self, ttl: float | None = None) -> None:
         """Reset the lock's validity to ``ttl`` seconds (default: the lock's ttl).
@@ -189,10 +189,10 @@ class Lock(BaseHandle):
         new_ttl = self._ttl if ttl is None else engine.ttl_used(ttl)
         hold = self._hold
         if hold is None:
-            raise LockNotOwned(f"lock {self._name!r} is not held")
+            raise LockNotOwned(f"{self._what} is not held")
         if self.remaining() <= 0.0:
             await self._drop()
-            raise LockNotOwned(f"lock {self._name!r} had expired; it is not re-created")
+            raise LockNotOwned(f"{self._what} had expired; it is not re-created")
         quorum = engine.quorum
         extension = hold.begin_extension()
         start = engine.clock()  # the requests go out now: no await before them
@@ -208,10 +208,9 @@ class Lock(BaseHandle):
         if votes.rejected:
             await self._drop()
             raise LockNotOwned(
-                f"lock {self._name!r} was not held any more on a majority of nodes "
-                "(taken over or deleted)"
+                f"{self._what} was not held any more on a majority of nodes (taken over or deleted)"
             )
-        raise engine.quorum_error(f"extend of lock {self._name!r}", votes)
+        raise engine.quorum_error(f"extend of {self._what}", votes)
 
     # -- hooks of the read-write lock's handles ------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from ._base import BaseHandle
+from ._checks import shown
 from ._errors import LockError, LockLost
 from ._lock import Lock
 
@@ -52,7 +53,7 @@ class LockMany(BaseHandle):
 
     def __repr__(self) -> str:
         state = "held" if self.owned else "not held"
-        return f"<LockMany {list(self._names)!r} ttl={self._ttl:g} {state}>"
+        return f"<LockMany {shown(self._name)} ttl={self._ttl:g} {state}>"
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -45,6 +45,7 @@ from ._votes import (
     NodeLike,
     Veto,
     Votes,
+    batch_chunks,
     drift,
     is_one,
     is_taken,
@@ -53,12 +54,10 @@ from ._votes import (
     wait_decided,
 )
 
-__all__ = ["BATCH_LIMIT", "MAX_KEY_ROUNDS", "Quorum"]
+__all__ = ["MAX_KEY_ROUNDS", "Quorum"]
 
 #: How often one node may be asked again with the keys its reply named (see acquire).
 MAX_KEY_ROUNDS: Final = 3
-#: Most locks renewed by one script call (bounds the time a node spends in it).
-BATCH_LIMIT: Final = 1000
 
 
 class Quorum:
@@ -333,9 +332,7 @@ class Quorum:
         timeout = self.node_timeout if budget is None else budget
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
-        chunks = [
-            (lo, min(lo + BATCH_LIMIT, len(items))) for lo in range(0, len(items), BATCH_LIMIT)
-        ]
+        chunks = batch_chunks([len(key) + len(token) for key, token, _ttl in items])
         batch = BatchVotes(
             len(items), n=self.n, chunks=len(chunks), start=self.clock(), waiter=waiter
         )

@@ -36,6 +36,7 @@ from collections.abc import Callable
 
 import anyio
 
+from ._checks import shown
 from ._connection import ignore
 from ._errors import LockLost, LockNotOwned, QuorumError
 from ._events import Emit, logger
@@ -148,7 +149,7 @@ class Renewal:
         if self.lost is not None:
             return
         hold = self.hold
-        lost = LockLost(f"lock {hold.name!r} lost: {reason}")
+        lost = LockLost(f"lock {shown(hold.name)} lost: {reason}")
         lost.__cause__ = cause
         self.lost = lost
         renewer = self._renewer
@@ -284,11 +285,11 @@ class Renewer:
             if batch.rejected(j):
                 renewal.declare_lost(
                     "the key is gone or held by another token on a majority of nodes",
-                    LockNotOwned(f"lock {hold.name!r} not held on a majority of nodes"),
+                    LockNotOwned(f"lock {shown(hold.name)} not held on a majority of nodes"),
                 )
                 continue
             renewal.last_error = QuorumError(
-                f"renewal of lock {hold.name!r}: {batch.failed[j]} of {quorum.n} nodes failed",
+                f"renewal of lock {shown(hold.name)}: {batch.failed[j]} of {quorum.n} nodes failed",
                 batch.errors,
             )
             # Retry, and leave time for one more try before giving up.

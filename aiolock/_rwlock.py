@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ._base import Configured
+from ._checks import shown
 from ._keys import RWKeys
 from ._lock import Lock
 from ._scripts import RW_READ_SCRIPT, RW_RELEASE_SCRIPT, RW_WRITE_SCRIPT, Script
@@ -49,7 +50,7 @@ class RWLock(Configured):
         self.keys = RWKeys(engine.key(name))
 
     def __repr__(self) -> str:
-        return f"<RWLock {self._name!r} ttl={self._ttl:g}>"
+        return f"<RWLock {shown(self._name)} ttl={self._ttl:g}>"
 
     def read(self) -> ReadLock:
         """A new handle for shared (read) access."""

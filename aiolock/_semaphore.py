@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ._base import BaseHandle
+from ._checks import shown
 from ._errors import LockNotOwned, QuorumError
 from ._keys import release_channel, slot_key
 from ._lock import Lock
@@ -85,7 +86,7 @@ class Semaphore(BaseHandle):
 
     def __repr__(self) -> str:
         state = "held" if self.owned else "not held"
-        return f"<Semaphore {self._name!r} limit={self._limit} ttl={self._ttl:g} {state}>"
+        return f"<Semaphore {shown(self._name)} limit={self._limit} ttl={self._ttl:g} {state}>"
 
     @property
     def limit(self) -> int:
@@ -153,7 +154,7 @@ class Semaphore(BaseHandle):
         """
         held = self._held
         if held is None:
-            raise LockNotOwned(f"semaphore {self._name!r} is not held")
+            raise LockNotOwned(f"{self._what} is not held")
         self._held = None
         self._engine.waiting.released(self._key)
         await held.release()
@@ -167,7 +168,7 @@ class Semaphore(BaseHandle):
 
         """
         if self._held is None:
-            raise LockNotOwned(f"semaphore {self._name!r} is not held")
+            raise LockNotOwned(f"{self._what} is not held")
         await self._held.extend(ttl)
 
     def _renewals(self) -> list[Renewal] | None:

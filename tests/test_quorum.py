@@ -14,7 +14,7 @@ import pytest
 from aiolock._node import Callback
 from aiolock._quorum import Quorum
 from aiolock._scripts import ACQUIRE_SCRIPT, RELEASE_SCRIPT, Script
-from aiolock._votes import DRIFT_FLOOR, drift, quorum_size
+from aiolock._votes import BATCH_BYTES, DRIFT_FLOOR, batch_chunks, drift, quorum_size
 
 TAKEN = [1, 0]  # ACQUIRE's reply when the key was set
 HELD = [0, 5000]  # ... when someone else holds it, 5 s to live
@@ -249,3 +249,17 @@ async def test_extend_many_completes_when_cancelled_midway() -> None:
     # The cancellation was held back until every node had answered (the renewal's
     # outcome is known: a node that extended is not left unaccounted for).
     assert loop.time() - started >= 0.09
+
+
+def test_a_renewal_batch_is_split_by_count_and_by_bytes() -> None:
+    assert batch_chunks([]) == []
+    # Short names: BATCH_LIMIT locks a call.
+    assert batch_chunks([40] * 2500) == [(0, 1000), (1000, 2000), (2000, 2500)]
+    # Names of 4 KB: at most BATCH_BYTES a call (15 of 4,116 bytes, not 16).
+    big = 4096 + 20
+    chunks = batch_chunks([big] * 100)
+    assert all(hi - lo == 15 for lo, hi in chunks[:-1])
+    assert chunks[-1] == (90, 100)
+    assert all((hi - lo) * big <= BATCH_BYTES for lo, hi in chunks)
+    # An item larger than the budget alone still goes, in a call of its own.
+    assert batch_chunks([10, BATCH_BYTES + 1, 10]) == [(0, 1), (1, 2), (2, 3)]
