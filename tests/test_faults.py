@@ -66,6 +66,9 @@ async def test_three_of_five_killed_raises_quorum_error_fast_and_leaves_no_key(
         assert set(info.value.errors) == {servers[0], servers[1], servers[2]}
         assert all(isinstance(e, Exception) for e in info.value.errors.values())
         assert "127.0.0.1" in str(info.value)
+        # Says what failed, of which lock, and how many nodes a quorum needs.
+        assert str(info.value).startswith(f"acquire of lock {name!r}: 3 of 5 nodes failed")
+        assert "a quorum needs 3" in str(info.value)
         assert not lock.owned
         assert await _live_keys(servers, name, [3, 4], [False, False]) == [False, False]
         # async with raises the same error rather than waiting.
