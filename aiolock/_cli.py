@@ -224,6 +224,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also hold N auto-renewed locks (ttl 30s) and report CPU and RSS",
     )
     bench.add_argument("--renewal-seconds", type=float, default=60.0, metavar="S")
+    bench.add_argument(
+        "--semaphore-limits",
+        type=lambda text: [int(part) for part in text.split(",") if part],
+        default=[],
+        metavar="N,N",
+        help="also time a try on a full semaphore of each limit (say 10,100,1000)",
+    )
     bench.add_argument("--uvloop", action="store_true", help="run on uvloop (pip install uvloop)")
     inspect = sub.add_parser("inspect", help="who holds a lock, on which nodes, for how long")
     inspect.add_argument("name")
@@ -257,6 +264,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             waiters=args.waiters,
             renewal_locks=args.renewal_locks,
             renewal_seconds=args.renewal_seconds,
+            semaphore_limits=args.semaphore_limits,
             use_uvloop=args.uvloop,
         )
     nodes: list[_NodeArg] = [(url, False) for url in args.nodes or ()]

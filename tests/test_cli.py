@@ -49,6 +49,7 @@ def test_bench_prints_figures_as_json() -> None:
     result = run(
         "bench", "--count", "30", "--json", "--contention-seconds", "0.3",
         "--waiters", "50", "--renewal-locks", "200", "--renewal-seconds", "1",
+        "--semaphore-limits", "2,4",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -60,6 +61,11 @@ def test_bench_prints_figures_as_json() -> None:
     assert report["renewal"]["locks"] == 200
     assert report["renewal"]["all_owned"] is True
     assert report["renewal"]["rss_mb"] > 0
+    assert [s["limit"] for s in report["semaphore"]] == [2, 4]
+    # Today a try on a full semaphore costs a quorum attempt per slot (issue 19).
+    assert all(
+        s["median_ms"] > 0 and s["scripts_per_try"] >= s["limit"] for s in report["semaphore"]
+    )
     figures = {f["name"]: f for f in report["latency"]}
     assert "ping (redis-py)" in figures
     assert "cycle1 acquire+release" in figures

@@ -19,15 +19,18 @@ from ._common import UVLOOP_ENV, Figure, format_table, runner
 from .contention import ContentionFigures, run_contention, run_waiters
 from .latency import run_latency
 from .renewal import RenewalFigures, run_renewal
+from .semaphore import SemaphoreFigures, run_semaphore
 
 __all__ = [
     "ContentionFigures",
     "Figure",
     "RenewalFigures",
+    "SemaphoreFigures",
     "main",
     "run_contention",
     "run_latency",
     "run_renewal",
+    "run_semaphore",
     "run_waiters",
 ]
 
@@ -41,6 +44,7 @@ def main(
     waiters: int = 1000,
     renewal_locks: int = 0,
     renewal_seconds: float = 60.0,
+    semaphore_limits: Sequence[int] = (),
     use_uvloop: bool = False,
 ) -> int:
     """Run the benchmarks and print them."""
@@ -59,6 +63,7 @@ def main(
     renewal = None
     if renewal_locks:
         renewal = run(run_renewal(urls, locks=renewal_locks, seconds=renewal_seconds))
+    semaphore = run(run_semaphore(urls, limits=semaphore_limits)) if semaphore_limits else []
     if as_json:
         out: dict[str, object] = {
             "latency": [asdict(f) for f in figures],
@@ -68,6 +73,8 @@ def main(
             out["waiters"] = asdict(waiting)
         if renewal is not None:
             out["renewal"] = asdict(renewal)
+        if semaphore:
+            out["semaphore"] = [asdict(f) for f in semaphore]
         print(json.dumps(out, indent=2))
     else:
         print(format_table(figures))
@@ -77,4 +84,6 @@ def main(
             print(waiting.row())
         if renewal is not None:
             print(renewal.table())
+        for one in semaphore:
+            print(one.row())
     return 0
