@@ -8,6 +8,7 @@ contention from outage. See ``LockManager``.
 from ._errors import LockError, LockLost, LockNotOwned, LockTimeout, QuorumError
 from ._events import EventKind, LockEvent
 from ._handle import Handle
+from ._info import LockInfo, NodeInfo
 from ._lock import Lock
 from ._manager import LockManager
 from ._many import LockMany
@@ -22,11 +23,13 @@ __all__ = [
     "Lock",
     "LockError",
     "LockEvent",
+    "LockInfo",
     "LockLost",
     "LockManager",
     "LockMany",
     "LockNotOwned",
     "LockTimeout",
+    "NodeInfo",
     "QuorumError",
     "RWLock",
     "ReadLock",

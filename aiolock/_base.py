@@ -107,6 +107,10 @@ class BaseHandle(Configured):
     async def _acquire(self, wait: float | None) -> bool:
         raise NotImplementedError
 
+    def _handed_over(self) -> bool:
+        """Whether what was held was handed to someone else (``Lock.detach()``)."""
+        return False
+
     def _busy(self) -> bool:
         """Whether the handle holds something that acquire() must not replace."""
         return self.owned
@@ -250,6 +254,8 @@ class BaseHandle(Configured):
         # A body that ends with a cancellation from elsewhere (or a KeyboardInterrupt)
         # keeps it: never replaced by a lock error.
         foreign = exc_type is not None and not suppressed and not issubclass(exc_type, Exception)
+        if self._handed_over():
+            return  # detached in the body: the lock is someone else's now
         lost = self.lost
         if lost is not None:
             await self._drop()

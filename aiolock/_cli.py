@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import sys
 import time
 from collections.abc import Sequence
@@ -12,9 +11,10 @@ from typing import Any
 
 import redis.asyncio as redis
 
+from ._checks import shown
 from ._connection import display_url
 from ._errors import LockLost, QuorumError
-from ._keys import fence_key, lock_key
+from ._keys import lock_key
 from ._manager import LockManager
 from ._scripts import FORCE_RELEASE
 from .testing import Server, redis_servers
@@ -103,11 +103,6 @@ async def _demo(workers: int, rounds: int) -> None:
     log("\ndone: every node stopped.")
 
 
-def _fingerprint(token: bytes) -> str:
-    # Never show a token: a short digest tells holders apart without leaking it.
-    return hashlib.sha256(token).hexdigest()[:12]
-
-
 # A node on the command line: (URL, whether it is a Redis Cluster).
 _NodeArg = tuple[str, bool]
 
@@ -123,34 +118,32 @@ def _open(node: _NodeArg) -> tuple[str, redis.Redis | redis.RedisCluster]:
 
 
 async def _inspect(name: str, nodes: Sequence[_NodeArg], prefix: str) -> int:
-    key = lock_key(prefix.encode(), name).decode()
-    print(f"lock {name!r} (key {key!r}):")
-    holders: dict[str, int] = {}
-    for node in nodes:
-        try:
-            url, client = _open(node)
-        except Exception as exc:
-            print(f"  {display_url(node[0])}: unreachable ({type(exc).__name__}: {exc})")
-            continue
-        try:
-            value = await client.get(key)
-            pttl = await client.pttl(key)
-            fence = await client.get(fence_key(key.encode()))
-        except Exception as exc:
-            print(f"  {url}: unreachable ({type(exc).__name__}: {exc})")
-            continue
-        finally:
+    """Print ``locks.inspect(name)``: each node's view, and the holder with a quorum."""
+    # In the order given: a cluster is one node, through a client of its own.
+    specs = [redis.RedisCluster.from_url(url) if cluster else url for url, cluster in nodes]
+    clusters = [spec for spec in specs if isinstance(spec, redis.RedisCluster)]
+    try:
+        # An operator's tool, over any network: a generous budget per node.
+        async with LockManager(specs, prefix=prefix, node_timeout=2.0, restart_grace=0) as locks:
+            info = await locks.inspect(name)
+    finally:
+        for client in clusters:
             await client.aclose()
-        counter = f", fencing counter {int(fence)}" if fence is not None else ""
-        if value is None:
-            print(f"  {url}: free{counter}")
+    key = lock_key(prefix.encode(), name).decode(errors="replace")
+    print(f"lock {shown(name)} (key {shown(key)}):")
+    for (url, cluster), node in zip(nodes, info.nodes, strict=True):
+        label = f"cluster {display_url(url)}" if cluster else node.node
+        counter = f", fencing counter {node.fencing_counter}" if node.fencing_counter else ""
+        if node.error is not None:
+            print(f"  {label}: unreachable ({type(node.error).__name__}: {node.error})")
+        elif not node.held:
+            print(f"  {label}: free{counter}")
         else:
-            fp = _fingerprint(value if isinstance(value, bytes) else value.encode())
-            holders[fp] = holders.get(fp, 0) + 1
-            print(f"  {url}: held by {fp}, expires in {pttl / 1000:.3f}s{counter}")
-    quorum = len(nodes) // 2 + 1
-    owner = [fp for fp, count in holders.items() if count >= quorum]
-    print(f"holder with a quorum ({quorum}): {owner[0] if owner else 'none'}")
+            pttl = f"{node.pttl / 1000:.3f}s" if node.pttl is not None else "never"
+            print(f"  {label}: held by {node.holder}, expires in {pttl}{counter}")
+    print(f"holder with a quorum ({len(nodes) // 2 + 1}): {info.holder or 'none'}")
+    if info.remaining is not None:
+        print(f"held for {info.remaining:.3f}s more at least (on a quorum, less drift)")
     return 0
 
 

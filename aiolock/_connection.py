@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, Protocol, cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -30,16 +30,20 @@ from ._redis import (
     sentinel_service,
     take_over,
 )
+from ._scripts import Script
 
 __all__ = [
     "BACKOFF_FIRST",
     "BACKOFF_MAX",
+    "MAX_KEY_ROUNDS",
     "Callback",
     "Endpoint",
     "NodeSpec",
     "ReplyProtocol",
     "ReplyReader",
     "as_connection_error",
+    "call_with_keys_asked",
+    "check_nodes",
     "cluster_endpoint",
     "display_url",
     "ignore",
@@ -315,3 +319,66 @@ def as_connection_error(name: str, exc: Exception) -> Exception:
     if isinstance(exc, TimeoutError):
         return TimeoutError(f"{name}: connect timed out")
     return RedisConnectionError(f"{name}: cannot connect: {exc}")
+
+
+#: How often one node may be asked again with the keys its reply named.
+MAX_KEY_ROUNDS: Final = 3
+
+
+class ScriptRunner(Protocol):
+    """A node, as far as running a script goes (``Node``, ``ClusterNode``, a fake)."""
+
+    def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None: ...
+
+
+def call_with_keys_asked(
+    node: ScriptRunner,
+    script: Script,
+    args: tuple[bytes, ...],
+    keys_asked: Callable[[Any], tuple[bytes, ...] | None],
+    callback: Callback,
+) -> None:
+    """Run ``script`` on ``node``; while its reply asks for keys, run it again with them.
+
+    ``args`` is ``(numkeys, *keys, *argv)``; the keys asked for are appended to the keys.
+    After :data:`MAX_KEY_ROUNDS` rounds the node counts as "held", holder's ttl unknown.
+    """
+    numkeys = int(args[0])
+    keys, argv = args[1 : 1 + numkeys], args[1 + numkeys :]
+    rounds = 0
+
+    def on_reply(reply: Any) -> None:
+        nonlocal rounds
+        more = None if isinstance(reply, BaseException) else keys_asked(reply)
+        if more is None:
+            callback(reply)
+        elif rounds >= MAX_KEY_ROUNDS:
+            callback([0, -2])  # the keys kept changing: held, ttl unknown
+        else:
+            rounds += 1
+            node.call_script(script, (b"%d" % (numkeys + len(more)), *keys, *more, *argv), on_reply)
+
+    node.call_script(script, args, on_reply)
+
+
+def check_nodes(nodes: object) -> list[NodeSpec]:
+    """Validate a manager's nodes: a non-empty sequence, each server at most once."""
+    if isinstance(nodes, str | bytes) or not isinstance(nodes, Iterable):
+        raise TypeError(
+            "nodes must be a sequence of Redis URLs or redis.asyncio.Redis clients, "
+            f"not {type(nodes).__name__}"
+        )
+    specs = list(nodes)
+    if not specs:
+        raise ValueError("nodes must not be empty")
+    seen: dict[tuple[object, ...], NodeSpec] = {}
+    for spec in specs:
+        key = node_key(spec)
+        if key in seen:
+            raise ValueError(
+                f"duplicate node: {node_name(spec)} is the same server as "
+                f"{node_name(seen[key])} (one server would count as several votes "
+                "and fake a quorum; another database number is not another server)"
+            )
+        seen[key] = spec
+    return specs

@@ -28,11 +28,12 @@ from ._cluster import ClusterNode
 from ._connection import NodeSpec, ignore
 from ._errors import NodeQuarantined, QuorumError
 from ._events import EventKind, LockEvent, logger
-from ._keys import lock_key
+from ._info import LockInfo, summarize
+from ._keys import fence_key, lock_key
 from ._node import Node
 from ._quorum import Quorum
 from ._renewal import Renewer
-from ._scripts import EXTEND_MANY_SCRIPT, REPAIR_SCRIPT, SCRIPTS, Script
+from ._scripts import EXTEND_MANY_SCRIPT, INSPECT_SCRIPT, REPAIR_SCRIPT, SCRIPTS, Script
 from ._votes import Votes
 from ._waiting import Waiting
 
@@ -152,6 +153,23 @@ class Engine:
             f"a quorum needs {quorum.quorum}: {detail}",
             errors,
         )
+
+    async def inspect(self, name: str) -> tuple[LockInfo, Votes]:
+        """Every node's view of the lock ``name`` (one read-only script each)."""
+        self.check_open()
+        if not self.connected:
+            await self.connect()
+        key = self.key(name)
+        start = self.clock()
+        votes = await self.quorum.ask(INSPECT_SCRIPT, (b"2", key, fence_key(key)))
+        info = summarize(
+            name,
+            self.quorum.names,
+            votes.replies,
+            elapsed=self.clock() - start,
+            drift_factor=self.quorum.drift_factor,
+        )
+        return info, votes
 
     # -- restart quarantine --------------------------------------------------------------
 

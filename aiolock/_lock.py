@@ -5,11 +5,14 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING, Final
 
+import anyio
+
 from ._base import BaseHandle
 from ._checks import shown
 from ._errors import LockLost, LockNotOwned, QuorumError
 from ._hold import Hold
 from ._scripts import NOT_FREE
+from ._ticket import Ticket, encode_ticket
 from ._votes import Attempt, Votes
 
 if TYPE_CHECKING:
@@ -29,7 +32,7 @@ class Lock(BaseHandle):
     task. One handle holds the lock at most once at a time.
     """
 
-    __slots__ = ("_auto_renew", "_hold", "_key", "_max_hold", "_renewal")
+    __slots__ = ("_auto_renew", "_detached", "_hold", "_key", "_max_hold", "_renewal")
 
     def __init__(
         self,
@@ -52,6 +55,8 @@ class Lock(BaseHandle):
         #: in ``lost`` after the release, until the next acquisition).
         self._hold: Hold | None = None
         self._renewal: Renewal | None = None
+        #: The held lock was handed over (see :meth:`detach`).
+        self._detached = False
 
     def __repr__(self) -> str:
         state = f"held, {self.remaining():.3f}s left" if self.owned else "not held"
@@ -99,6 +104,7 @@ class Lock(BaseHandle):
     # -- acquire ----------------------------------------------------------------------
 
     async def _acquire(self, wait: float | None) -> bool:
+        self._detached = False
         if self._hold is not None:
             self._clear()  # expired or lost, not released: forget it
         token = secrets.token_bytes(TOKEN_BYTES)
@@ -212,6 +218,71 @@ class Lock(BaseHandle):
             )
         raise engine.quorum_error(f"extend of {self._what}", votes)
 
+    # -- handing over ------------------------------------------------------------------
+
+    def detach(self) -> str:
+        """Hand the held lock over: return a ticket for :meth:`LockManager.attach`. No I/O.
+
+        The handle stops renewing and no longer owns the lock (an ``async with`` around
+        it then ends without releasing); the lock stays held on the nodes until its
+        validity runs out, unless a handle in any process attaches the ticket first.
+        The ticket carries the lock's token: treat it as a secret. It works once.
+
+        Raises:
+            LockNotOwned: the lock is not held (or no validity is left).
+
+        """
+        hold = self._hold
+        if hold is None or not self.owned or hold.fence is None:
+            raise LockNotOwned(f"{self._what} is not held")
+        ticket = Ticket(self._engine.prefix, self._name, hold.token, hold.fence, self._ttl)
+        self._clear()
+        self._detached = True
+        return encode_ticket(ticket)
+
+    async def _adopt(self, ticket: Ticket) -> None:
+        """Take over the detached lock of ``ticket`` (see :meth:`LockManager.attach`)."""
+        engine = self._engine
+        engine.check_open()
+        if not engine.connected:
+            await engine.connect()
+        quorum = engine.quorum
+        token = secrets.token_bytes(TOKEN_BYTES)
+        start = engine.clock()
+        try:
+            votes, expires_at = await quorum.extend(
+                self._key, ticket.token, self._ttl, new_token=token
+            )
+        except BaseException:  # cancelled: the nodes decided, the handle will not own it
+            with anyio.CancelScope(shield=True):
+                await quorum.extend(self._key, token, self._ttl, new_token=ticket.token)
+            raise
+        if expires_at is not None:
+            self._hold = Hold(
+                self._name,
+                self._key,
+                token,
+                ttl=self._ttl,
+                fence=ticket.fence,
+                valid_from=start,
+                expires_at=expires_at,
+                acquired_at=engine.clock(),
+                max_hold=self._max_hold,
+            )
+            self._renewal = engine.renewer.start(self._hold) if self._auto_renew else None
+            engine.emit("acquired", self._name, engine.clock() - start)
+            return
+        # Not taken over on a quorum: give the nodes that took it back to the ticket
+        # (it stays usable if nodes only failed), shielded like any clean-up.
+        with anyio.CancelScope(shield=True):
+            await quorum.extend(self._key, token, self._ttl, new_token=ticket.token)
+        if votes.rejected:
+            raise LockNotOwned(
+                f"{self._what}: the ticket's lock is not held any more (expired, "
+                "released, taken over, or the ticket was already attached)"
+            )
+        raise engine.quorum_error(f"attach of {self._what}", votes)
+
     # -- hooks of the read-write lock's handles ------------------------------------------
 
     # How a lock is taken and given back; the read-write lock's handles override these.
@@ -234,6 +305,9 @@ class Lock(BaseHandle):
         return await self._engine.quorum.release(self._key, token, more_args=message)
 
     # -- internals ----------------------------------------------------------------------
+
+    def _handed_over(self) -> bool:
+        return self._detached
 
     def _renewals(self) -> list[Renewal] | None:
         renewal = self._renewal

@@ -6,8 +6,9 @@ import functools
 import inspect
 import string
 from collections.abc import Awaitable, Callable, Iterable
-from typing import ParamSpec, TypeVar
+from typing import NoReturn, ParamSpec, TypeVar
 
+from ._campaign import campaign
 from ._checks import (
     check_limit,
     check_name,
@@ -15,14 +16,17 @@ from ._checks import (
     check_number,
     check_timeout,
     check_ttl,
+    shown,
 )
-from ._connection import NodeSpec, node_key, node_name
+from ._connection import NodeSpec, check_nodes
 from ._engine import Engine
 from ._events import LockEvent, logger
+from ._info import LockInfo, decided
 from ._lock import Lock
 from ._many import LockMany
 from ._rwlock import RWLock
 from ._semaphore import Semaphore
+from ._ticket import decode_ticket
 
 __all__ = ["LockManager"]
 
@@ -66,24 +70,7 @@ class LockManager:
         on_event: Callable[[LockEvent], object] | None = None,
         restart_grace: float | None = None,
     ) -> None:
-        if isinstance(nodes, str | bytes) or not isinstance(nodes, Iterable):
-            raise TypeError(
-                "nodes must be a sequence of Redis URLs or redis.asyncio.Redis clients, "
-                f"not {type(nodes).__name__}"
-            )
-        specs = list(nodes)
-        if not specs:
-            raise ValueError("nodes must not be empty")
-        seen: dict[tuple[object, ...], NodeSpec] = {}
-        for spec in specs:
-            key = node_key(spec)
-            if key in seen:
-                raise ValueError(
-                    f"duplicate node: {node_name(spec)} is the same server as "
-                    f"{node_name(seen[key])} (one server would count as several votes "
-                    "and fake a quorum; another database number is not another server)"
-                )
-            seen[key] = spec
+        specs = check_nodes(nodes)
         if len(specs) % 2 == 0:
             # Logged, not warnings.warn(): an even number is a valid configuration
             # (docs/api.md), and a warning would break programs that treat them as errors.
@@ -302,6 +289,86 @@ class LockManager:
             return wrapper
 
         return decorate
+
+    async def attach(self, ticket: str, *, auto_renew: bool = True) -> Lock:
+        """Take over a lock detached with :meth:`Lock.detach`, in this or any process.
+
+        On a quorum the key is given a token of the new handle's (so a ticket works
+        once) and its validity is reset to the lock's ttl, counted from now. Returns
+        the owned :class:`Lock`, with the same name and fencing token.
+
+        Raises:
+            LockNotOwned: the ticket's lock is not held any more (expired, released,
+                taken over, or the ticket was already attached).
+            QuorumError: too many nodes failed (the ticket stays usable).
+            TypeError, ValueError: not a ticket, or one of a manager with another
+                prefix, before any I/O.
+
+        """
+        parsed = decode_ticket(ticket)
+        if parsed.prefix != self.prefix:
+            raise ValueError(
+                f"the ticket is of a manager with prefix {parsed.prefix!r}, not {self.prefix!r}"
+            )
+        lock = self.lock(parsed.name, ttl=parsed.ttl, auto_renew=auto_renew)
+        # The manager completes the handle it has just made (a Lock of its own family).
+        await lock._adopt(parsed)  # noqa: SLF001
+        return lock
+
+    async def campaign(
+        self, name: str, run: Callable[[Lock], Awaitable[object]], *, ttl: float = 30.0
+    ) -> NoReturn:
+        """Leader election: forever, be elected and ``await run(term)`` while leader.
+
+        ``term`` is the held (auto-renewed) :class:`Lock`; ``term.fencing_token`` numbers
+        the term: hand it to what the leader writes. ``run`` is cancelled the moment
+        leadership is lost; then, or when ``run`` returns, the lock is released and the
+        campaign goes on after a short jittered pause. A leader that dies is replaced
+        when its lock expires, within about ``ttl``. Returns only by cancellation
+        (releasing the lock if leader).
+
+        Raises:
+            Exception: whatever ``run`` raises (other than the loss of the lock) ends
+                the campaign with it.
+            TypeError, ValueError: a bad argument, before any I/O.
+
+        """
+        name = check_name(name)
+        ttl = self._engine.ttl_used(ttl)
+        if not callable(run):
+            raise TypeError(f"run must be an async callable, not {type(run).__name__}")
+        await campaign(name, lambda: self.lock(name, ttl=ttl), run, pause=min(ttl / 10, 1.0))
+
+    # -- read-only queries ------------------------------------------------------------
+
+    async def inspect(self, name: str) -> LockInfo:
+        """Who holds the lock ``name``, on which nodes, and for how long. No acquisition.
+
+        Each node runs one read-only script; a holder is named by a digest of its
+        token, never the token. Nodes that fail are reported in ``nodes`` (their
+        ``error``), not raised.
+
+        Raises:
+            TypeError, ValueError: a bad name, before any I/O.
+            RuntimeError: the manager is closed.
+
+        """
+        info, _votes = await self._engine.inspect(check_name(name))
+        return info
+
+    async def locked(self, name: str) -> bool:
+        """Whether the lock ``name`` is held on a quorum of nodes, by anyone. No acquisition.
+
+        Raises:
+            QuorumError: too many nodes failed to tell held from free.
+            TypeError, ValueError: a bad name, before any I/O.
+            RuntimeError: the manager is closed.
+
+        """
+        info, votes = await self._engine.inspect(check_name(name))
+        if not decided(info):
+            raise self._engine.quorum_error(f"locked({shown(name)})", votes)
+        return info.held
 
     # -- life cycle -------------------------------------------------------------------
 

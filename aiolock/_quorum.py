@@ -22,17 +22,18 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any
 
 import anyio
 
-from ._connection import Callback, ignore
+from ._connection import Callback, call_with_keys_asked, ignore
 from ._fencing import fence_retention
 from ._keys import fence_key as fence_key_of
 from ._scripts import (
     ACQUIRE_SCRIPT,
     EXTEND_MANY_SCRIPT,
     EXTEND_SCRIPT,
+    HANDOVER_SCRIPT,
     NOT_FREE,
     RAISE_FENCE_SCRIPT,
     RELEASE_SCRIPT,
@@ -47,6 +48,7 @@ from ._votes import (
     Votes,
     batch_chunks,
     drift,
+    is_list,
     is_one,
     is_taken,
     milliseconds,
@@ -54,10 +56,7 @@ from ._votes import (
     wait_decided,
 )
 
-__all__ = ["MAX_KEY_ROUNDS", "Quorum"]
-
-#: How often one node may be asked again with the keys its reply named (see acquire).
-MAX_KEY_ROUNDS: Final = 3
+__all__ = ["Quorum"]
 
 
 class Quorum:
@@ -173,8 +172,8 @@ class Quorum:
         A script declares every key it touches (strict proxies and DragonflyDB refuse
         others): when it needs keys that only the node knows, it says which, and
         ``keys_asked`` reads them from its reply; the request is then sent again to
-        that node with those keys appended (at most :data:`MAX_KEY_ROUNDS` times; then
-        the node counts as "held", holder's ttl unknown).
+        that node with those keys appended (at most ``MAX_KEY_ROUNDS`` times, see
+        ``_connection``; then the node counts as "held", holder's ttl unknown).
         """
         fence_key = fence_key_of(key) if fence_key is None else fence_key
         retention = b"%d" % milliseconds(fence_retention(ttl))
@@ -196,7 +195,7 @@ class Quorum:
             if keys_asked is None:
                 node.call_script(script, args, callback)
             else:
-                _call_with_keys_asked(node, script, args, keys_asked, callback)
+                call_with_keys_asked(node, script, args, keys_asked, callback)
 
         start = self.clock()
         try:
@@ -300,17 +299,24 @@ class Quorum:
         ttl: float,
         *,
         then: Callable[[Votes], None] | None = None,
+        new_token: bytes | None = None,
     ) -> tuple[Votes, float | None]:
         """Compare-and-PEXPIRE on every node; never cancelled midway.
 
         Returns the votes and the new expiry time (``None`` when not extended on a
         quorum in time). ``then(votes)`` is called once the votes are decided, also
         when the caller is cancelled meanwhile (before the cancellation is re-raised).
+        ``new_token``: also hand the lock over to that token (see ``HANDOVER``).
         """
-        args = (b"1", key, token, b"%d" % milliseconds(ttl))
+        ms = b"%d" % milliseconds(ttl)
+        script, args = (
+            (EXTEND_SCRIPT, (b"1", key, token, ms))
+            if new_token is None
+            else (HANDOVER_SCRIPT, (b"1", key, token, new_token, ms))
+        )
 
         def send(node: NodeLike, callback: Callback) -> None:
-            node.call_script(EXTEND_SCRIPT, args, callback)
+            node.call_script(script, args, callback)
 
         start = self.clock()
         votes = await self._run(send, is_one, shielded=True, then=then)
@@ -319,6 +325,17 @@ class Quorum:
             if expires_at > self.clock():
                 return votes, expires_at
         return votes, None
+
+    async def ask(self, script: Script, args: tuple[bytes, ...]) -> Votes:
+        """Run a read-only ``script`` on every node; wait for all (or ``node_timeout``).
+
+        Each node's reply (or failure) is in ``votes.replies``; a list counts as a yes.
+        """
+
+        def send(node: NodeLike, callback: Callback) -> None:
+            node.call_script(script, args, callback)
+
+        return await self._run(send, is_list, early=False)
 
     async def extend_many(
         self, items: Sequence[tuple[bytes, bytes, float]], *, budget: float | None = None
@@ -358,33 +375,3 @@ class Quorum:
         finally:
             timer.cancel()
         return batch
-
-
-def _call_with_keys_asked(
-    node: NodeLike,
-    script: Script,
-    args: tuple[bytes, ...],
-    keys_asked: Callable[[Any], tuple[bytes, ...] | None],
-    callback: Callback,
-) -> None:
-    """Run ``script`` on ``node``; while its reply asks for keys, run it again with them.
-
-    ``args`` is ``(numkeys, *keys, *argv)``; the keys asked for are appended to the keys.
-    After :data:`MAX_KEY_ROUNDS` rounds the node counts as "held", holder's ttl unknown.
-    """
-    numkeys = int(args[0])
-    keys, argv = args[1 : 1 + numkeys], args[1 + numkeys :]
-    rounds = 0
-
-    def on_reply(reply: Any) -> None:
-        nonlocal rounds
-        more = None if isinstance(reply, BaseException) else keys_asked(reply)
-        if more is None:
-            callback(reply)
-        elif rounds >= MAX_KEY_ROUNDS:
-            callback([0, -2])  # the keys kept changing: held, ttl unknown
-        else:
-            rounds += 1
-            node.call_script(script, (b"%d" % (numkeys + len(more)), *keys, *more, *argv), on_reply)
-
-    node.call_script(script, args, on_reply)

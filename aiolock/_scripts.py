@@ -18,6 +18,10 @@ __all__ = [
     "EXTEND_MANY_SCRIPT",
     "EXTEND_SCRIPT",
     "FORCE_RELEASE",
+    "HANDOVER",
+    "HANDOVER_SCRIPT",
+    "INSPECT",
+    "INSPECT_SCRIPT",
     "NOT_FREE",
     "RAISE_FENCE",
     "RAISE_FENCE_SCRIPT",
@@ -122,6 +126,36 @@ local deleted = redis.call('del', KEYS[1])
 redis.call('publish', KEYS[1] .. ':released', '')
 redis.pcall('spublish', KEYS[1] .. ':released', '')
 return deleted
+"""
+
+# KEYS[1] lock key
+# KEYS[2] fencing counter of the same name
+# returns {pttl of the lock key (-2: none), digest of the holder's token or false, the
+# fencing counter or false}. Read-only. The token never leaves the node: a digest
+# (12 hex digits of its SHA1) tells holders apart. `locks.inspect()`, `locks.locked()`.
+INSPECT = b"""\
+local token = redis.call('get', KEYS[1])
+local holder = false
+if token then
+    holder = string.sub(redis.sha1hex(token), 1, 12)
+end
+return {redis.call('pttl', KEYS[1]), holder, redis.call('get', KEYS[2])}
+"""
+
+# KEYS[1] lock key
+# ARGV[1] the token of a detached lock (its ticket's)
+# ARGV[2] the token of the handle attaching it
+# ARGV[3] new time to live in milliseconds
+# returns 1 when the key held ARGV[1] and now holds ARGV[2] for ARGV[3] ms, else 0.
+# A missing key is a failure (never re-created), and a ticket works once: after it, the
+# old token is no longer the key's. The fencing counter is left alone: the same
+# acquisition changes hands. `locks.attach()`.
+HANDOVER = b"""\
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3])
+    return 1
+end
+return 0
 """
 
 # KEYS[1] lock key
@@ -305,6 +339,8 @@ RW_RELEASE_SCRIPT: Final = Script(RW_RELEASE)
 EXTEND_SCRIPT: Final = Script(EXTEND)
 EXTEND_MANY_SCRIPT: Final = Script(EXTEND_MANY, per_key_args=2)
 REPAIR_SCRIPT: Final = Script(REPAIR)
+INSPECT_SCRIPT: Final = Script(INSPECT)
+HANDOVER_SCRIPT: Final = Script(HANDOVER)
 #: Loaded on each node's first connection: the hot path's.
 SCRIPTS: Final = (ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT, RAISE_FENCE_SCRIPT)
 # The others are loaded on first use (NOSCRIPT fallback): most applications never

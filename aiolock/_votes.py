@@ -85,6 +85,11 @@ def is_taken(reply: Any) -> bool | None:
     return None
 
 
+def is_list(reply: Any) -> bool | None:
+    """A script's table reply is a yes; a failure is a failure."""
+    return None if isinstance(reply, BaseException) else isinstance(reply, list)
+
+
 def is_one(reply: Any) -> bool | None:
     if isinstance(reply, BaseException):
         return None

@@ -5,6 +5,11 @@
 
 The manager is created in the app's lifespan (one set of connections per process,
 closed at shutdown) and handed to endpoints by a dependency.
+
+``POST /orders/{id}/refund`` hands its lock to a background worker: the handler takes
+the order's lock, ``detach()``es it into a ticket and queues the job (202 at once);
+the worker ``attach()``es the ticket (in a real deployment: another process reading a
+job queue), does the work and releases. Meanwhile the order stays locked.
 """
 
 import asyncio
@@ -32,7 +37,13 @@ def make_app(nodes: list[str]) -> FastAPI:
         async with aiolock.LockManager(nodes) as locks:
             app.state.locks = locks
             app.state.charged = {}
-            yield
+            app.state.refunded = {}
+            app.state.jobs = asyncio.Queue()
+            worker = asyncio.create_task(refund_worker(locks, app.state.jobs, app.state.refunded))
+            try:
+                yield
+            finally:
+                worker.cancel()
 
     app = FastAPI(lifespan=lifespan)
 
@@ -47,7 +58,33 @@ def make_app(nodes: list[str]) -> FastAPI:
         except aiolock.LockTimeout:
             raise HTTPException(409, f"order {order_id} is being charged already") from None
 
+    @app.post("/orders/{order_id}/refund", status_code=202)
+    async def refund(order_id: int, locks: Locks, request: Request) -> dict[str, object]:
+        lock = locks.lock(f"order:{order_id}", ttl=10)
+        if not await lock.acquire(timeout=0.05):
+            raise HTTPException(409, f"order {order_id} is busy")
+        # The lock goes with the job: a ticket (a secret: it carries the lock's token).
+        await request.app.state.jobs.put((order_id, lock.detach()))
+        return {"order": order_id, "refund": "queued"}
+
     return app
+
+
+async def refund_worker(
+    locks: aiolock.LockManager, jobs: "asyncio.Queue[tuple[int, str]]", done: dict[int, int]
+) -> None:
+    """Takes each job's lock over, does the refund, releases the order."""
+    while True:
+        order_id, ticket = await jobs.get()
+        try:
+            lock = await locks.attach(ticket)
+        except aiolock.LockNotOwned:
+            continue  # the lock expired before the job was picked up: drop the job
+        try:
+            await asyncio.sleep(0.2)  # the payment provider's refund call
+            done[order_id] = done.get(order_id, 0) + 1
+        finally:
+            await lock.release()
 
 
 app = make_app(os.environ.get("AIOLOCK_NODES", "redis://127.0.0.1:6379").split(","))

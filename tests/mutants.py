@@ -225,7 +225,7 @@ MUTANTS = [
     # Issue 13's rules.
     Mutant(
         "the writer's script is not given the readers' keys it asked for",
-        "aiolock/_quorum.py",
+        "aiolock/_connection.py",
         "        elif rounds >= MAX_KEY_ROUNDS:",
         "        elif rounds >= 0:",
         ("tests/test_primitives.py",),

@@ -44,6 +44,31 @@ async def test_fastapi_concurrent_charges_of_one_order_run_once(urls: list[str])
         assert all(isinstance(token, int) and token > 0 for token in tokens), tokens
 
 
+async def test_fastapi_refund_hands_the_order_lock_to_the_worker(urls: list[str]) -> None:
+    app = fastapi_app.make_app(urls)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            queued = await client.post("/orders/42/refund")
+            assert queued.status_code == 202
+            # The worker holds the order meanwhile: a charge must wait its turn.
+            assert (await client.post("/orders/42/charge")).status_code == 409
+            for _ in range(100):
+                if app.state.refunded:
+                    break
+                await asyncio.sleep(0.05)
+            assert app.state.refunded == {42: 1}
+            # The worker releases right after the refund: then charges go through.
+            codes = []
+            for _ in range(50):
+                codes.append((await client.post("/orders/42/charge")).status_code)
+                if codes[-1] == 200:
+                    break
+                await asyncio.sleep(0.05)
+            assert codes[-1] == 200, codes
+            assert app.state.charged == {42: 1}
+
+
 async def test_tornado_concurrent_charges_of_one_order_run_once(urls: list[str]) -> None:
     charged: dict[int, int] = {}
     async with LockManager(urls) as locks:
@@ -80,7 +105,7 @@ def test_task_claim_every_job_exactly_once_with_a_worker_killed() -> None:
     assert "(one killed)" in result.stdout
 
 
-@pytest.mark.parametrize("example", ["inventory.py", "fenced_store.py", "basic.py"])
+@pytest.mark.parametrize("example", ["inventory.py", "fenced_store.py", "basic.py", "scheduler.py"])
 def test_small_examples_run(example: str) -> None:
     result = run_example(str(EXAMPLES / example))
     assert result.returncode == 0, result.stderr[-3000:]

@@ -1,0 +1,152 @@
+"""Handing a held lock to another handle or process (issue 16): detach() and attach()."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+import pytest
+import redis.asyncio as redis
+
+from aiolock import LockManager, LockNotOwned, QuorumError
+from aiolock._ticket import Ticket, encode_ticket
+from aiolock.testing import Server, Servers
+
+from .conftest import key
+
+
+async def test_a_detached_lock_stays_held_and_the_handle_lets_go(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    lock = locks.lock(name, ttl=10)
+    assert await lock.acquire()
+    token = await clients[0].get(key(name))
+    ticket = lock.detach()
+    assert isinstance(ticket, str)
+    assert token is not None
+    assert token.hex() not in ticket  # encoded, though still a secret
+    assert not lock.owned
+    assert lock.fencing_token is None
+    assert lock.remaining() == 0.0
+    with pytest.raises(LockNotOwned):
+        await lock.release()  # not this handle's any more
+    assert [await c.get(key(name)) for c in clients] == [token] * 5
+    assert await locks.locked(name)
+    with pytest.raises(LockNotOwned):
+        lock.detach()  # nothing left to hand over
+
+
+async def test_another_manager_attaches_with_the_same_fencing_token_and_renews(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager(urls) as web, LockManager(urls) as worker:
+        lock = web.lock(name, ttl=1.0)
+        assert await lock.acquire()
+        fence = lock.fencing_token
+        old = await clients[0].get(key(name))
+        ticket = lock.detach()
+        await asyncio.sleep(0.5)  # no renewal: half the validity is gone
+        taken = await worker.attach(ticket)
+        assert taken.owned
+        assert taken.name == name
+        assert taken.fencing_token == fence
+        assert 0.8 < taken.remaining() <= 1.0  # counted from the attach
+        new = [await c.get(key(name)) for c in clients]
+        assert old not in new  # the key now holds the new handle's token
+        await asyncio.sleep(1.5)  # renewed in the background past the ttl
+        assert taken.owned
+        await taken.release()
+    assert [await c.exists(key(name)) for c in clients] == [0] * 5
+
+
+async def test_a_ticket_works_once(locks: LockManager, name: str) -> None:
+    lock = locks.lock(name, ttl=10)
+    assert await lock.acquire()
+    ticket = lock.detach()
+    first = await locks.attach(ticket)
+    with pytest.raises(LockNotOwned, match="already attached"):
+        await locks.attach(ticket)
+    assert first.owned  # the failed second attach did not disturb the first
+    await first.release()
+
+
+async def test_a_ticket_of_an_expired_lock_is_refused_and_nothing_is_recreated(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    lock = locks.lock(name, ttl=0.3)
+    assert await lock.acquire()
+    ticket = lock.detach()
+    await asyncio.sleep(0.5)
+    with pytest.raises(LockNotOwned):
+        await locks.attach(ticket)
+    assert [await c.exists(key(name)) for c in clients] == [0] * 5
+
+
+async def test_detached_in_the_body_of_async_with_the_exit_leaves_the_lock_alone(
+    locks: LockManager, name: str
+) -> None:
+    async with locks.lock(name, ttl=10) as lock:
+        ticket = lock.detach()
+    assert await locks.locked(name)  # not released by the exit
+    taken = await locks.attach(ticket, auto_renew=False)
+    assert not taken.auto_renew
+    await taken.release()
+    assert not await locks.locked(name)
+
+
+async def test_a_failed_attach_leaves_the_ticket_usable(servers: Servers, name: str) -> None:
+    hung = [s for s in servers.servers if isinstance(s, Server)][:3]
+    async with LockManager(servers, node_timeout=0.05) as locks:
+        lock = locks.lock(name, ttl=10)
+        assert await lock.acquire()
+        ticket = lock.detach()
+        for server in hung:
+            server.pause()
+        try:
+            with pytest.raises(QuorumError, match="attach of lock"):
+                await locks.attach(ticket)
+        finally:
+            for server in hung:
+                server.resume()
+        taken = await locks.attach(ticket)
+        assert taken.owned
+        await taken.release()
+
+
+async def test_bad_tickets_are_refused_before_any_io(locks: LockManager) -> None:
+    with pytest.raises(TypeError):
+        await locks.attach(b"bytes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="not an aiolock ticket"):
+        await locks.attach("hello")
+    with pytest.raises(ValueError, match="damaged"):
+        await locks.attach("aiolock-ticket.1.!!!")
+    ticket = encode_ticket(Ticket("other:", "x", b"\x01", 1, 10.0))
+    with pytest.raises(ValueError, match="prefix 'other:'"):
+        await locks.attach(ticket)
+    ticket = encode_ticket(Ticket("aiolock:", "", b"\x01", 1, 10.0))
+    with pytest.raises(ValueError, match="must not be empty"):
+        await locks.attach(ticket)  # its name is checked as any name
+
+
+async def test_a_lock_detached_here_is_attached_and_released_by_another_process(
+    urls: list[str], locks: LockManager, name: str
+) -> None:
+    lock = locks.lock(name, ttl=10)
+    assert await lock.acquire()
+    fence = lock.fencing_token
+    code = (
+        "import asyncio, sys, aiolock\n"
+        "async def main():\n"
+        "    async with aiolock.LockManager(sys.argv[2:], restart_grace=0) as locks:\n"
+        "        lock = await locks.attach(sys.argv[1])\n"
+        "        print(lock.fencing_token, flush=True)\n"
+        "        await lock.release()\n"
+        "asyncio.run(main())\n"
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, lock.detach(), *urls, stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await proc.communicate()
+    assert proc.returncode == 0
+    assert int(out) == fence
+    assert not await locks.locked(name)
