@@ -103,6 +103,14 @@ async def test_majority_hung_cancels_holder_before_validity_runs_out(
         assert isinstance(info.value.__cause__, QuorumError)
         reason = "lost: no quorum confirmed the renewal before validity ran out"
         assert str(info.value).endswith(reason), str(info.value)
+        # The cause names each hung node and what happened: no reply in time.
+        errors = info.value.__cause__.errors
+        assert set(errors) == set(servers[:3])
+        for url, error in errors.items():
+            assert isinstance(error, TimeoutError)
+            assert str(error).startswith(f"{url}: no reply within"), error
+        # Told once, and still told after the exit: wait_lost() returns the same loss.
+        assert await asyncio.wait_for(lock.wait_lost(), 1) is info.value
 
 
 async def test_wait_lost_returns_before_validity_ends(servers: Servers, name: str) -> None:
