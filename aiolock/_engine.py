@@ -64,13 +64,13 @@ class Engine:
         prefix: str,
         drift_factor: float,
         node_timeout: float,
-        on_event: Callable[[LockEvent], object] | None,
+        on_event: Sequence[Callable[[LockEvent], object]],
         restart_grace: float | None,
     ) -> None:
         self.prefix = prefix
         self._prefix_bytes = prefix.encode()
         self.node_timeout = node_timeout
-        self._on_event = on_event
+        self._hooks = tuple(on_event)
         self.clock: Callable[[], float] = time.monotonic
         self.nodes = tuple(make_node(spec, node_timeout, SCRIPTS) for spec in specs)
         for node in self.nodes:
@@ -131,13 +131,14 @@ class Engine:
     def emit(
         self, kind: EventKind, name: str, seconds: float, error: BaseException | None = None
     ) -> None:
-        """Report an event to the hook and the log."""
-        hook = self._on_event
-        if hook is not None:
-            try:
-                hook(LockEvent(kind, name, seconds, error))
-            except Exception:  # a metrics hook must never break a lock
-                logger.exception("aiolock on_event hook failed")
+        """Report an event to the hooks and the log."""
+        if self._hooks:
+            event = LockEvent(kind, name, seconds, error)
+            for hook in self._hooks:
+                try:
+                    hook(event)
+                except Exception:  # a metrics hook must never break a lock
+                    logger.exception("aiolock on_event hook failed")
         level = logging.WARNING if error is not None else logging.DEBUG
         if logger.isEnabledFor(level):
             detail = f": {error}" if error is not None else ""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 import string
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import NoReturn, ParamSpec, TypeVar
 
 from ._campaign import campaign
@@ -43,8 +43,9 @@ class LockManager:
     come back later; clients passed in are not closed by the manager.
 
     Use it as ``async with LockManager(...) as locks:``, or call :meth:`aclose`.
-    ``on_event`` (optional) is called with a :class:`LockEvent` on every acquisition,
-    release, timeout, loss and outage: a hook for metrics.
+    ``on_event`` (optional; one callable or a sequence of them) is called with a
+    :class:`LockEvent` on every acquisition, release, timeout, loss and outage: a hook
+    for metrics (``aiolock.telemetry`` has OpenTelemetry and Prometheus ones).
 
     ``restart_grace``: a node whose server started less than this many seconds ago, or
     whose ``run_id`` changed since the manager last saw it, is quarantined: its yes to an
@@ -67,7 +68,9 @@ class LockManager:
         prefix: str = "aiolock:",
         drift_factor: float = 0.01,
         node_timeout: float = 0.05,
-        on_event: Callable[[LockEvent], object] | None = None,
+        on_event: Callable[[LockEvent], object]
+        | Sequence[Callable[[LockEvent], object]]
+        | None = None,
         restart_grace: float | None = None,
     ) -> None:
         specs = check_nodes(nodes)
@@ -93,15 +96,16 @@ class LockManager:
             restart_grace = check_number(restart_grace, "restart_grace")
             if restart_grace < 0:
                 raise ValueError(f"restart_grace must be None or >= 0, got {restart_grace!r}")
-        if on_event is not None and not callable(on_event):
-            raise TypeError("on_event must be callable")
+        hooks = [] if on_event is None else [on_event] if callable(on_event) else on_event
+        if not isinstance(hooks, Sequence) or not all(callable(hook) for hook in hooks):
+            raise TypeError("on_event must be callable, or a sequence of callables")
         #: Everything the handles use (see _engine.py).
         self._engine = Engine(
             specs,
             prefix=prefix,
             drift_factor=drift_factor,
             node_timeout=node_timeout,
-            on_event=on_event,
+            on_event=hooks,
             restart_grace=restart_grace,
         )
 

@@ -77,3 +77,27 @@ async def test_a_failing_hook_does_not_break_the_lock(
 def test_on_event_must_be_callable() -> None:
     with pytest.raises(TypeError):
         LockManager(["redis://127.0.0.1:1"], on_event=42)  # type: ignore[arg-type]
+
+
+async def test_on_event_takes_a_sequence_and_a_failing_hook_spares_the_others(
+    urls: list[str], name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    first: list[LockEvent] = []
+    last: list[LockEvent] = []
+
+    def broken(_event: LockEvent) -> None:
+        raise RuntimeError("metrics backend down")
+
+    hooks = [first.append, broken, last.append]
+    async with LockManager(urls, on_event=hooks) as locks, locks.lock(name, ttl=5):
+        pass
+    assert [e.kind for e in first] == ["acquired", "released"]
+    assert [e.kind for e in last] == ["acquired", "released"]
+    assert first == last  # the same events, in the same order
+    assert caplog.text.count("on_event hook failed") == 2
+
+
+def test_on_event_must_be_callable_or_a_sequence_of_callables() -> None:
+    for bad in (42, [print, 42], "abc"):
+        with pytest.raises(TypeError, match="on_event must be callable"):
+            LockManager(["redis://127.0.0.1:1"], on_event=bad)  # type: ignore[arg-type]
