@@ -14,7 +14,7 @@ job queue), does the work and releases. Meanwhile the order stays locked.
 
 import asyncio
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated
 
@@ -29,12 +29,15 @@ def get_locks(request: Request) -> aiolock.LockManager:
 
 
 Locks = Annotated[aiolock.LockManager, Depends(get_locks)]
+Hook = Callable[[aiolock.LockEvent], object]
 
 
-def make_app(nodes: list[str]) -> FastAPI:
+def make_app(nodes: list[str], telemetry: Sequence[Hook] = ()) -> FastAPI:
+    """The app; ``telemetry``: on_event hooks, say ``[OpenTelemetry(), Prometheus()]``."""
+
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with aiolock.LockManager(nodes) as locks:
+        async with aiolock.LockManager(nodes, on_event=list(telemetry)) as locks:
             app.state.locks = locks
             app.state.charged = {}
             app.state.refunded = {}
@@ -87,4 +90,14 @@ async def refund_worker(
             await lock.release()
 
 
-app = make_app(os.environ.get("AIOLOCK_NODES", "redis://127.0.0.1:6379").split(","))
+def _telemetry() -> list[Hook]:
+    """Metrics if the extras are installed (pip install aiolock[otel,prometheus])."""
+    try:
+        from aiolock.telemetry import OpenTelemetry, Prometheus  # noqa: PLC0415
+
+        return [OpenTelemetry(name=lambda name: name.split(":")[0]), Prometheus()]
+    except ImportError:
+        return []
+
+
+app = make_app(os.environ.get("AIOLOCK_NODES", "redis://127.0.0.1:6379").split(","), _telemetry())

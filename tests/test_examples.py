@@ -12,8 +12,12 @@ import pytest
 import tornado.httpclient
 import tornado.httpserver
 import tornado.netutil
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from prometheus_client import CollectorRegistry
 
 from aiolock import LockManager
+from aiolock.telemetry import OpenTelemetry, Prometheus
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -42,6 +46,38 @@ async def test_fastapi_concurrent_charges_of_one_order_run_once(urls: list[str])
         assert app.state.charged == {42: 1, 7: 1}
         tokens = [r.json()["fencing_token"] for r in responses if r.status_code == 200]
         assert all(isinstance(token, int) and token > 0 for token in tokens), tokens
+
+
+async def test_fastapi_app_exports_lock_metrics_to_opentelemetry_and_prometheus(
+    urls: list[str],
+) -> None:
+    reader = InMemoryMetricReader()
+    registry = CollectorRegistry()
+    by_kind = {"name": lambda name: name.split(":")[0]}  # "order", not "order:42"
+    hooks = [
+        OpenTelemetry(meter_provider=MeterProvider(metric_readers=[reader]), **by_kind),
+        Prometheus(registry=registry, **by_kind),
+    ]
+    app = fastapi_app.make_app(urls, hooks)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+            codes = await asyncio.gather(*(client.post("/orders/42/charge") for _ in range(3)))
+    assert sorted(r.status_code for r in codes) == [200, 409, 409]
+    labels = {"outcome": "acquired", "lock": "order"}
+    assert registry.get_sample_value("aiolock_acquisitions_total", labels) == 1
+    assert (
+        registry.get_sample_value("aiolock_timeouts_total", {**labels, "outcome": "timeout"}) == 2
+    )
+    data = reader.get_metrics_data()
+    assert data is not None
+    names = {
+        metric.name
+        for resource in data.resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    assert {"aiolock.acquire.duration", "aiolock.hold.duration", "aiolock.acquisitions"} <= names
 
 
 async def test_fastapi_refund_hands_the_order_lock_to_the_worker(urls: list[str]) -> None:
