@@ -34,6 +34,7 @@ from ._node import Node
 from ._quorum import Quorum
 from ._renewal import Renewer
 from ._scripts import EXTEND_MANY_SCRIPT, INSPECT_SCRIPT, REPAIR_SCRIPT, SCRIPTS, Script
+from ._tasks import TaskHolds
 from ._votes import Votes
 from ._waiting import Waiting
 
@@ -98,6 +99,8 @@ class Engine:
         if restart_grace != 0:
             self.quorum.veto = self._quarantined
         self.renewer = Renewer(self.renewal_quorum, emit=self.emit)
+        #: The names each task holds through this manager (see _tasks.py).
+        self.tasks = TaskHolds()
         self.waiting = Waiting(
             self.nodes,
             clock=self.clock,

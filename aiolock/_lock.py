@@ -18,6 +18,7 @@ from ._votes import Attempt, Votes
 if TYPE_CHECKING:
     from ._engine import Engine
     from ._renewal import Renewal
+    from ._tasks import Entry
 
 __all__ = ["Lock"]
 
@@ -32,7 +33,17 @@ class Lock(BaseHandle):
     task. One handle holds the lock at most once at a time.
     """
 
-    __slots__ = ("_auto_renew", "_detached", "_hold", "_key", "_max_hold", "_renewal")
+    __slots__ = (
+        "_auto_renew",
+        "_detached",
+        "_entry",
+        "_hold",
+        "_key",
+        "_max_hold",
+        "_reentrant",
+        "_renewal",
+        "_task_bound",
+    )
 
     def __init__(
         self,
@@ -45,8 +56,15 @@ class Lock(BaseHandle):
         max_hold: float | None = None,
         key: bytes | None = None,
         report: bool = True,
+        reentrant: bool = False,
+        task_bound: bool = False,
     ) -> None:
         super().__init__(engine, name, ttl=ttl, timeout=timeout, report=report)
+        #: Whether the handle takes part in the per-task bookkeeping (see _tasks.py),
+        #: and may share an acquisition of its task's.
+        self._task_bound = task_bound
+        self._reentrant = reentrant
+        self._entry: Entry | None = None
         self._max_hold = max_hold
         self._key = engine.key(name) if key is None else key
         self._auto_renew = auto_renew
@@ -68,6 +86,11 @@ class Lock(BaseHandle):
     def auto_renew(self) -> bool:
         """Whether the lock is extended in the background while held."""
         return self._auto_renew
+
+    @property
+    def reentrant(self) -> bool:
+        """Whether the task that holds the name may acquire it again through this handle."""
+        return self._reentrant
 
     @property
     def max_hold(self) -> float | None:
@@ -107,6 +130,19 @@ class Lock(BaseHandle):
         self._detached = False
         if self._hold is not None:
             self._clear()  # expired or lost, not released: forget it
+        engine = self._engine
+        if self._task_bound:
+            entry = engine.tasks.held(self._key, engine.clock())
+            if entry is not None:
+                if self._reentrant and entry.reentrant:
+                    entry.levels += 1  # one more level of the same acquisition: no I/O
+                    self._entry, self._hold, self._renewal = entry, entry.hold, entry.renewal
+                    return True
+                raise RuntimeError(
+                    f"{self._what} is already held by this task through this manager: "
+                    "acquiring it again would wait for itself (reentrant=True on both "
+                    "handles shares the acquisition instead)"
+                )
         token = secrets.token_bytes(TOKEN_BYTES)
         attempt = await self._wait_for(
             lambda: self._attempt(token),
@@ -132,6 +168,10 @@ class Lock(BaseHandle):
             repairable=self._repairable,
         )
         self._renewal = engine.renewer.start(hold) if self._auto_renew else None
+        if self._task_bound:
+            self._entry = engine.tasks.add(
+                self._key, hold, self._renewal, reentrant=self._reentrant
+            )
         return True
 
     def _outage(self, outcome: Attempt) -> QuorumError:
@@ -154,6 +194,8 @@ class Lock(BaseHandle):
         hold = self._hold
         if hold is None:
             raise LockNotOwned(f"{self._what} is not held")
+        if self._leave_level():
+            return  # an outer level of this task still holds it
         self._stop_renewal()
         engine = self._engine
         expired = self.remaining() <= 0.0
@@ -235,6 +277,8 @@ class Lock(BaseHandle):
         hold = self._hold
         if hold is None or not self.owned or hold.fence is None:
             raise LockNotOwned(f"{self._what} is not held")
+        if self._entry is not None and self._entry.levels > 1:
+            raise RuntimeError(f"{self._what} is held at several levels: it cannot be detached")
         ticket = Ticket(self._engine.prefix, self._name, hold.token, hold.fence, self._ttl)
         self._clear()
         self._detached = True
@@ -313,8 +357,23 @@ class Lock(BaseHandle):
         renewal = self._renewal
         return [renewal] if self._hold is not None and renewal is not None else None
 
+    def _leave_level(self) -> bool:
+        """Give up this handle's level; True when other levels still hold (no I/O then)."""
+        entry, self._entry = self._entry, None
+        if entry is None:
+            return False
+        entry.levels -= 1
+        if entry.levels > 0:
+            self._hold = None  # this handle lets go; the task's other levels keep it
+            return True
+        self._engine.tasks.remove(entry)
+        return False
+
     def _clear(self) -> None:
         self._stop_renewal()
+        if self._entry is not None:
+            self._engine.tasks.remove(self._entry)
+            self._entry = None
         hold, self._hold = self._hold, None
         if hold is not None:
             hold.ended = True
@@ -326,7 +385,7 @@ class Lock(BaseHandle):
     async def _drop(self) -> None:
         """Forget the lock and delete it wherever it may remain (shielded)."""
         hold = self._hold
-        if hold is None:
+        if hold is None or self._leave_level():
             return
         self._clear()
         local = self._engine.waiting.released(self._queue_key)

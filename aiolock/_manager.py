@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import functools
-import inspect
-import string
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import NoReturn, ParamSpec, TypeVar
 
-from ._campaign import campaign
+from ._campaign import campaign, synchronized
 from ._checks import (
     check_limit,
     check_name,
@@ -159,6 +156,7 @@ class LockManager:
         timeout: float | None = None,
         auto_renew: bool = True,
         max_hold: float | None = None,
+        reentrant: bool = False,
     ) -> Lock:
         """An unacquired handle on the lock ``name``. Cheap; no I/O.
 
@@ -166,7 +164,11 @@ class LockManager:
         how long ``acquire()`` and ``async with`` wait (``None``: forever).
         ``auto_renew``: extend in the background while held; a lock that cannot be
         kept is reported lost. ``max_hold``: stop renewing (the lock is lost) after
-        this many seconds held.
+        this many seconds held. ``reentrant``: the task that holds ``name`` through
+        a reentrant handle of this manager may acquire it again through this one, at
+        once and with no I/O, sharing that acquisition (released with its last
+        level). Without it, a task acquiring a name it already holds through this
+        manager gets ``RuntimeError`` at once, rather than waiting for itself.
 
         Raises:
             TypeError, ValueError: a bad argument (the bounds: the README's "API in brief"),
@@ -185,6 +187,8 @@ class LockManager:
             timeout=timeout,
             auto_renew=bool(auto_renew),
             max_hold=max_hold,
+            reentrant=bool(reentrant),
+            task_bound=True,
         )
 
     def semaphore(
@@ -247,9 +251,18 @@ class LockManager:
         return RWLock(self._engine, name, ttl=ttl, timeout=timeout)
 
     def synchronized(
-        self, name_or_template: str, *, ttl: float = 30.0, timeout: float | None = None
+        self,
+        name_or_template: str,
+        *,
+        ttl: float = 30.0,
+        timeout: float | None = None,
+        reentrant: bool = False,
     ) -> Callable[[Callable[_P, Awaitable[_R]]], Callable[_P, Awaitable[_R]]]:
         """Decorate an async function to run it under a lock.
+
+        ``reentrant=True``: a call made while the same task already runs a reentrant
+        function on the same name (say ``charge`` calling ``refund`` for one order)
+        shares its lock instead of raising ``RuntimeError`` (see :meth:`lock`).
 
         The name may be a template formatted from the call's arguments, by name::
 
@@ -269,30 +282,11 @@ class LockManager:
         check_name(name_or_template)
         ttl = self._engine.ttl_used(ttl)
         timeout = check_timeout(timeout)
-        fields = {field for _, field, _, _ in string.Formatter().parse(name_or_template) if field}
 
-        def decorate(fn: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
-            signature = inspect.signature(fn)
-            missing = {f.split(".")[0].split("[")[0] for f in fields} - set(signature.parameters)
-            if missing:
-                raise ValueError(
-                    f"lock name {name_or_template!r} uses {sorted(missing)}, which "
-                    f"{fn.__qualname__} has no parameter for"
-                )
+        def make(name: str) -> Lock:
+            return self.lock(name, ttl=ttl, timeout=timeout, reentrant=reentrant)
 
-            @functools.wraps(fn)
-            async def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
-                name = name_or_template
-                if fields:
-                    bound = signature.bind(*args, **kwargs)
-                    bound.apply_defaults()
-                    name = name_or_template.format(**bound.arguments)
-                async with self.lock(name, ttl=ttl, timeout=timeout):
-                    return await fn(*args, **kwargs)
-
-            return wrapper
-
-        return decorate
+        return synchronized(name_or_template, make)
 
     async def attach(self, ticket: str, *, auto_renew: bool = True) -> Lock:
         """Take over a lock detached with :meth:`Lock.detach`, in this or any process.

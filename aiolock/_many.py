@@ -48,7 +48,8 @@ class LockMany(BaseHandle):
         super().__init__(engine, ",".join(names), ttl=ttl, timeout=timeout)
         self._names = names
         self._locks = [
-            Lock(engine, name, ttl=ttl, timeout=timeout, auto_renew=auto_renew) for name in names
+            Lock(engine, name, ttl=ttl, timeout=timeout, auto_renew=auto_renew, task_bound=True)
+            for name in names
         ]
 
     def __repr__(self) -> str:

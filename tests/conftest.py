@@ -6,14 +6,16 @@ import asyncio
 import functools
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from typing import Any, TypeVar
 
 import pytest
 import redis.asyncio as redis
 
 import aiolock
 from aiolock.testing import Server, Servers, redis_servers
+
+T = TypeVar("T")
 
 
 @pytest.fixture(autouse=True)
@@ -122,3 +124,12 @@ async def settled_keys(clients: list[redis.Redis], name: str, expected: list[boo
         if found == expected or time.monotonic() > deadline:
             return found
         await asyncio.sleep(0.01)
+
+
+async def elsewhere(coro: Coroutine[Any, Any, T]) -> T:
+    """Run ``coro`` in a task of its own: another holder than the test's task.
+
+    (A task acquiring a name it already holds through the same manager gets
+    ``RuntimeError``, not a wait for itself: contention comes from other tasks.)
+    """
+    return await asyncio.create_task(coro)

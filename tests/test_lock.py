@@ -12,7 +12,7 @@ import aiolock
 from aiolock import LockManager, LockNotOwned, LockTimeout
 from aiolock._hold import Extension, Hold
 
-from .conftest import key, settled_keys
+from .conftest import elsewhere, key, settled_keys
 from .faults import proxies
 
 
@@ -62,7 +62,7 @@ async def test_timeout_zero_on_held_name_returns_false_fast(
     assert await holder.acquire()
     other = locks.lock(name, ttl=10)
     started = time.monotonic()
-    assert await other.acquire(timeout=0) is False
+    assert await elsewhere(other.acquire(timeout=0)) is False
     assert time.monotonic() - started < 1.0
     assert not other.owned
     assert other.fencing_token is None
@@ -81,7 +81,7 @@ async def test_acquire_waits_for_release_within_timeout(locks: LockManager, name
 
     task = asyncio.create_task(release_soon())
     waiter = locks.lock(name, ttl=10)
-    assert await waiter.acquire(timeout=5) is True
+    assert await elsewhere(waiter.acquire(timeout=5)) is True
     await task
     await waiter.release()
 
@@ -90,7 +90,7 @@ async def test_acquire_returns_false_when_time_is_up(locks: LockManager, name: s
     holder = locks.lock(name, ttl=10)
     assert await holder.acquire()
     started = time.monotonic()
-    assert await locks.lock(name).acquire(timeout=0.3) is False
+    assert await elsewhere(locks.lock(name).acquire(timeout=0.3)) is False
     elapsed = time.monotonic() - started
     assert 0.25 < elapsed < 3.0
     await holder.release()
@@ -99,9 +99,13 @@ async def test_acquire_returns_false_when_time_is_up(locks: LockManager, name: s
 async def test_async_with_timeout_raises_lock_timeout(locks: LockManager, name: str) -> None:
     holder = locks.lock(name, ttl=10)
     assert await holder.acquire()
-    with pytest.raises(LockTimeout):
+
+    async def enter() -> None:
         async with locks.lock(name, timeout=0.2):
             pytest.fail("the body must not run")
+
+    with pytest.raises(LockTimeout, match=rf"^lock {name!r} not acquired within 0.2s$"):
+        await elsewhere(enter())
     assert issubclass(LockTimeout, TimeoutError)
     await holder.release()
 
@@ -242,7 +246,7 @@ async def test_extend_to_a_shorter_ttl_keeps_an_auto_renewed_lock_exclusive(
         for _ in range(6):
             await asyncio.sleep(0.3)
             assert lock.owned
-            assert not await other.acquire(timeout=0)
+            assert not await elsewhere(other.acquire(timeout=0))
         assert all([await c.pttl(key(name)) > 5000 for c in clients])
 
 
@@ -402,7 +406,7 @@ async def test_single_node_manager_is_a_plain_lock(
         assert locks.quorum == 1
         lock = locks.lock(name, ttl=5)
         assert await lock.acquire(timeout=0)
-        assert await locks.lock(name).acquire(timeout=0) is False
+        assert await elsewhere(locks.lock(name).acquire(timeout=0)) is False
         assert await clients[0].exists(key(name)) == 1
         assert await clients[1].exists(key(name)) == 0
         await lock.release()

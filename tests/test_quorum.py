@@ -11,6 +11,7 @@ from typing import Any
 import anyio
 import pytest
 
+from aiolock._connection import MAX_KEY_ROUNDS
 from aiolock._node import Callback
 from aiolock._quorum import Quorum
 from aiolock._scripts import ACQUIRE_SCRIPT, RELEASE_SCRIPT, Script
@@ -263,3 +264,28 @@ def test_a_renewal_batch_is_split_by_count_and_by_bytes() -> None:
     assert all((hi - lo) * big <= BATCH_BYTES for lo, hi in chunks)
     # An item larger than the budget alone still goes, in a call of its own.
     assert batch_chunks([10, BATCH_BYTES + 1, 10]) == [(0, 1), (1, 2), (2, 3)]
+
+
+async def test_a_node_that_keeps_asking_for_keys_counts_as_held_after_the_bound() -> None:
+    # The writer's script asks for the readers' keys ({2, ids...}) and is sent again
+    # with them; a node whose readers keep changing is given up on after
+    # MAX_KEY_ROUNDS more rounds: "held", holder's ttl unknown; never "taken".
+    asks = [2, b"reader"]
+    nodes = [FakeNode(f"n{i}", reply=asks) for i in range(3)]
+    quorum = make(nodes)
+
+    def keys_asked(reply: Any) -> tuple[bytes, ...] | None:
+        if type(reply) is list and reply and reply[0] == 2:
+            return tuple(b"k:" + member for member in reply[1:])
+        return None
+
+    attempt = await quorum.acquire(b"k", b"t", 10.0, keys_asked=keys_asked)
+    assert attempt.expires_at is None
+    assert attempt.votes.no == 3  # held by someone, not failed, not taken
+    assert attempt.votes.yes == 0
+    assert attempt.holder_ttl() is None  # ttl unknown
+    for node in nodes:
+        asked = [call for call in node.calls if call[1] == ACQUIRE_SCRIPT.sha]
+        assert len(asked) == 1 + MAX_KEY_ROUNDS
+        # Each round declares the keys the node asked for, once each.
+        assert [call.count(b"k:reader") for call in asked] == [0] + [1] * MAX_KEY_ROUNDS

@@ -266,6 +266,57 @@ async def test_outer_cancellation_is_not_turned_into_lock_lost(
     assert await locks.lock(name).acquire(timeout=0)
 
 
+async def test_outer_cancellation_is_kept_even_when_the_release_fails(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    # Without renewal there is no loss scope: the exit must still tell an outside
+    # cancellation (kept) from the body's own error (replaced by the lock's).
+    entered = asyncio.Event()
+
+    async def body() -> None:
+        async with locks.lock(name, ttl=5, auto_renew=False):
+            entered.set()
+            await asyncio.sleep(10)
+
+    task = asyncio.create_task(body())
+    await entered.wait()
+    for client in clients:
+        await client.delete(key(name))  # the release at exit will fail: not held
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_a_body_error_with_a_failed_release_raises_the_release_error(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    with pytest.raises(LockNotOwned) as info:
+        async with locks.lock(name, ttl=5, auto_renew=False):
+            for client in clients:
+                await client.delete(key(name))
+            raise ValueError("the body's own error")
+    assert isinstance(info.value.__context__, ValueError)  # kept, as the context
+
+
+async def test_a_renewal_with_a_minority_gone_and_nodes_hung_is_not_a_majority_gone(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager(servers, node_timeout=0.05) as locks:
+        lock = locks.lock(name, ttl=1.0)
+        assert await lock.acquire()
+        for client in clients[:2]:
+            await client.delete(key(name))  # 2 of 5 say "gone"
+        hung = servers.servers[2]
+        assert isinstance(hung, Server)
+        hung.pause()  # 1 of 5 hung; 2 of 5 still hold it: no quorum either way
+        try:
+            lost = await asyncio.wait_for(lock.wait_lost(), 5)
+        finally:
+            hung.resume()
+    # Lost by the clock, not as "gone on a majority": two nodes are not a majority.
+    assert str(lost).endswith("no quorum confirmed the renewal before validity ran out")
+
+
 @pytest.mark.renewal_tick_may_fail
 async def test_a_failing_renewal_tick_does_not_end_renewal(
     locks: LockManager, name: str, monkeypatch: pytest.MonkeyPatch
