@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as redis
 
-from aiolock import LockManager
+from aiolock import LockLost, LockManager
 from aiolock.testing import Servers
 
 from .conftest import elsewhere, key
@@ -374,4 +374,30 @@ async def test_a_failed_attempt_clean_up_says_not_free_only_when_one_holder_has_
         assert await clean_up_message(split) == b""
     finally:
         await pubsub.aclose()
+        await listener.aclose()
+
+
+async def test_a_lost_lock_dropped_with_a_local_waiter_says_so_in_its_message(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    # The exit of a lost lock deletes what may remain of it; a waiter of the same
+    # process takes it next, so the message tells other processes not to race.
+    listener = clients[4].pubsub()  # a node that still holds the key: it publishes
+    await listener.subscribe(key(name) + ":released")
+    assert (await listener.get_message(timeout=2))["type"] == "subscribe"  # type: ignore[index]
+    try:
+        waiter = locks.lock(name, ttl=30)
+        with pytest.raises(LockLost):
+            async with locks.lock(name, ttl=0.6):
+                queued = asyncio.create_task(waiter.acquire(timeout=10))
+                await asyncio.sleep(0.05)
+                for client in clients[:3]:
+                    await client.delete(key(name))  # gone on a majority: lost
+                await asyncio.sleep(5)
+        assert await queued
+        message = await listener.get_message(timeout=5)
+        assert message is not None
+        assert message["data"] == b"l"
+        await waiter.release()
+    finally:
         await listener.aclose()
