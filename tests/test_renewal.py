@@ -54,8 +54,28 @@ async def test_key_deleted_on_majority_cancels_body_and_raises_lock_lost(
     assert time.monotonic() - deleted_at < 2.0
     assert not reached_end
     assert isinstance(info.value.__cause__, LockNotOwned)
+    reason = "lost: the key is gone or held by another token on a majority of nodes"
+    assert str(info.value) == f"lock {name!r} {reason}"
+    assert str(info.value.__cause__) == f"lock {name!r} not held on a majority of nodes"
     # Whatever remained of the lock on the other nodes was cleaned up.
     assert [await c.exists(key(name)) for c in clients] == [0] * 5
+
+
+async def test_one_lock_lost_in_a_renewal_batch_leaves_the_others_renewed(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    first = locks.lock(f"{name}-1", ttl=0.9)
+    second = locks.lock(f"{name}-2", ttl=0.9)
+    assert await first.acquire()
+    assert await second.acquire()  # due together: renewed in one batch
+    for client in clients:
+        await client.delete(key(f"{name}-1"))
+    lost = await asyncio.wait_for(first.wait_lost(), 5)
+    assert "majority" in str(lost)
+    await asyncio.sleep(1.5)  # past the second's ttl: renewed meanwhile
+    assert second.owned
+    assert second.lost is None
+    await second.release()
 
 
 async def test_key_taken_over_is_lost(
@@ -103,6 +123,7 @@ async def test_majority_hung_cancels_holder_before_validity_runs_out(
         assert isinstance(info.value.__cause__, QuorumError)
         reason = "lost: no quorum confirmed the renewal before validity ran out"
         assert str(info.value).endswith(reason), str(info.value)
+        assert str(info.value.__cause__).startswith(f"renewal of lock {name!r}: 3 of 5 nodes")
         # The cause names each hung node and what happened: no reply in time.
         errors = info.value.__cause__.errors
         assert set(errors) == set(servers[:3])
