@@ -154,15 +154,20 @@ class Lock(BaseHandle):
         if attempt is None:
             return False
         assert attempt.expires_at is not None  # noqa: S101
+        self._own(token, attempt.fence, attempt.start, attempt.expires_at)
+        return True
+
+    def _own(self, token: bytes, fence: int | None, valid_from: float, expires_at: float) -> None:
+        """Hold the key with ``token`` (acquired, or attached): renew it, note the task."""
         engine = self._engine
         hold = self._hold = Hold(
             self._name,
             self._key,
             token,
             ttl=self._ttl,
-            fence=attempt.fence,
-            valid_from=attempt.start,
-            expires_at=attempt.expires_at,
+            fence=fence,
+            valid_from=valid_from,
+            expires_at=expires_at,
             acquired_at=engine.clock(),
             max_hold=self._max_hold,
             repairable=self._repairable,
@@ -172,7 +177,6 @@ class Lock(BaseHandle):
             self._entry = engine.tasks.add(
                 self._key, hold, self._renewal, reentrant=self._reentrant
             )
-        return True
 
     def _outage(self, outcome: Attempt) -> QuorumError:
         return self._engine.quorum_error(f"acquire of {self._what}", outcome.votes)
@@ -302,18 +306,7 @@ class Lock(BaseHandle):
                 await quorum.extend(self._key, token, self._ttl, new_token=ticket.token)
             raise
         if expires_at is not None:
-            self._hold = Hold(
-                self._name,
-                self._key,
-                token,
-                ttl=self._ttl,
-                fence=ticket.fence,
-                valid_from=start,
-                expires_at=expires_at,
-                acquired_at=engine.clock(),
-                max_hold=self._max_hold,
-            )
-            self._renewal = engine.renewer.start(self._hold) if self._auto_renew else None
+            self._own(token, ticket.fence, start, expires_at)
             engine.emit("acquired", self._name, engine.clock() - start)
             return
         # Not taken over on a quorum: give the nodes that took it back to the ticket

@@ -34,8 +34,13 @@ __all__ = ["OpenTelemetry", "Prometheus"]
 #: Which events are about acquiring, and which about holding.
 _ACQUIRING = frozenset({"acquired", "timeout", "quorum_error"})
 _HOLDING = frozenset({"released", "lost"})
-_COUNTED = {"acquired": "acquisitions", "timeout": "timeouts", "lost": "losses"}
-_COUNTED["quorum_error"] = "quorum_errors"
+#: The counter of each counted event.
+_COUNTED = {
+    "acquired": "acquisitions",
+    "timeout": "timeouts",
+    "lost": "losses",
+    "quorum_error": "quorum_errors",
+}
 
 
 def _missing(extra: str, module: str) -> ImportError:

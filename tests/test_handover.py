@@ -150,3 +150,17 @@ async def test_a_lock_detached_here_is_attached_and_released_by_another_process(
     assert proc.returncode == 0
     assert int(out) == fence
     assert not await locks.locked(name)
+
+
+async def test_an_attached_lock_is_held_by_the_attaching_task_like_an_acquired_one(
+    locks: LockManager, name: str
+) -> None:
+    lock = locks.lock(name, ttl=10)
+    assert await lock.acquire()
+    taken = await locks.attach(lock.detach())
+    with pytest.raises(RuntimeError, match="already held by this task"):
+        await locks.lock(name).acquire(timeout=0)
+    await taken.release()
+    again = locks.lock(name)
+    assert await again.acquire(timeout=0)
+    await again.release()

@@ -338,35 +338,44 @@ async def test_a_renewal_with_a_minority_gone_and_nodes_hung_is_not_a_majority_g
     assert str(lost).endswith("no quorum confirmed the renewal before validity ran out")
 
 
-@pytest.mark.renewal_tick_may_fail
-async def test_a_failing_renewal_tick_does_not_end_renewal(
-    locks: LockManager, name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
+def _first_batch_fails(locks: LockManager, monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Make the first renewal batch raise; returns the list of when batches were sent."""
     quorum = locks._engine.renewal_quorum
     original = quorum.extend_many
-    calls = 0
+    sent: list[float] = []
 
     async def flaky(*args: object, **kwargs: object) -> object:
-        nonlocal calls
-        calls += 1
-        if calls == 1:
+        sent.append(time.monotonic())
+        if len(sent) == 1:
             raise RuntimeError("a bug in one tick")
         return await original(*args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(quorum, "extend_many", flaky)
+    return sent
+
+
+def _failed_ticks(caplog: pytest.LogCaptureFixture) -> list[str]:
+    failed = [r for r in caplog.records if "a renewal tick failed" in r.getMessage()]
+    return [str(r.exc_info[1]) for r in failed if r.exc_info]
+
+
+@pytest.mark.renewal_tick_may_fail
+async def test_a_failing_renewal_tick_does_not_end_renewal(
+    locks: LockManager, name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    sent = _first_batch_fails(locks, monkeypatch)
     async with locks.lock(name, ttl=1.2) as lock:
         assert lock._hold is not None
         expires_at = lock._hold.expires_at
-        while calls == 0:
+        while not sent:
             await asyncio.sleep(0.01)
         # The failed batch changed nothing: the validity is the acquisition's.
         assert lock._hold.expires_at == expires_at
         await asyncio.sleep(2.0)
         assert lock.owned
-    assert calls >= 3
+    assert len(sent) >= 3
     # The tick failed with the injected error, and only with it (its clean-up is sound).
-    failed = [r for r in caplog.records if "a renewal tick failed" in r.getMessage()]
-    assert [str(r.exc_info[1]) for r in failed if r.exc_info] == ["a bug in one tick"]
+    assert _failed_ticks(caplog) == ["a bug in one tick"]
 
 
 @pytest.mark.renewal_tick_may_fail
@@ -376,27 +385,16 @@ async def test_a_failed_renewal_after_a_longer_extend_keeps_the_shorter_validity
     # extend(5) then a renewal by the lock's own ttl (1.2 s) that fails midway: the
     # nodes may have applied its PEXPIRE, so the validity must shrink to it, and the
     # renewal schedule follow (the tick fails with the injected error only).
-    quorum = locks._engine.renewal_quorum
-    original = quorum.extend_many
-    failed_at: list[float] = []
-
-    async def flaky(*args: object, **kwargs: object) -> object:
-        if not failed_at:
-            failed_at.append(time.monotonic())
-            raise RuntimeError("a bug in one tick")
-        return await original(*args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(quorum, "extend_many", flaky)
+    sent = _first_batch_fails(locks, monkeypatch)
     async with locks.lock(name, ttl=1.2) as lock:
         await lock.extend(5.0)
-        while not failed_at:
+        while not sent:
             await asyncio.sleep(0.01)
         assert lock._hold is not None
-        assert lock._hold.expires_at <= failed_at[0] + 1.2
+        assert lock._hold.expires_at <= sent[0] + 1.2
         await asyncio.sleep(1.5)  # renewed again, on the 1.2 s schedule
         assert lock.owned
-    failed = [r for r in caplog.records if "a renewal tick failed" in r.getMessage()]
-    assert [str(r.exc_info[1]) for r in failed if r.exc_info] == ["a bug in one tick"]
+    assert _failed_ticks(caplog) == ["a bug in one tick"]
 
 
 # -- the holder is told before its validity ends, whatever the nodes do (issue 21) -------
