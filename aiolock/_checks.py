@@ -29,8 +29,9 @@ MAX_TTL: Final = 365 * 24 * 3600.0
 #: The longest lock name, in UTF-8 bytes. A name is in every key and request of the
 #: lock: a huge one would hold up the other requests queued on each node's connection.
 MAX_NAME_BYTES: Final = 4096
-#: The most holders a semaphore may have: a try on a full semaphore costs one quorum
-#: attempt per slot (and a waiter listens on every slot's channel).
+#: The most holders a semaphore may have. A try costs the same round trips at any limit,
+#: but a node's script reads what it noted of every taken slot to find a free one: this
+#: bound keeps that read under a millisecond (see SEM_ACQUIRE).
 MAX_SEMAPHORE_LIMIT: Final = 1000
 
 

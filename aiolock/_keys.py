@@ -7,7 +7,9 @@ one slot of a Redis Cluster (and a script may touch them all):
 - ``<key>:fence``: the name's fencing counter (see ``_fencing.py``);
 - ``<key>:released``: the channel that announces a release (the scripts build it from
   ``KEYS[1]`` the same way: ``tests/test_redis_seam.py`` checks they agree);
-- ``<key>:slot:<i>``: a semaphore's slots, each a lock of its own;
+- ``<key>:slot:<i>``: a semaphore's slots, each a lock of its own; ``<key>:slots``,
+  what each node noted of them (a sorted set: slot -> expiry), and its channel
+  ``<key>:slots:released`` (see ``_semaphore.py``);
 - ``<key>:rw``, then ``:w``, ``:i``, ``:r``, ``:r:<id>``, ``:fence``, ``:released``: the
   read-write lock's (see ``_rwlock.py``).
 
@@ -25,6 +27,7 @@ __all__ = [
     "fence_key",
     "lock_key",
     "release_channel",
+    "semaphore_index",
     "slot_key",
 ]
 
@@ -50,6 +53,11 @@ def release_channel(key: bytes) -> bytes:
 def slot_key(key: bytes, slot: int) -> bytes:
     """Slot ``slot`` of the semaphore ``key``."""
     return key + b":slot:%d" % slot
+
+
+def semaphore_index(key: bytes) -> bytes:
+    """What each node noted of the semaphore ``key``'s slots (see ``SEM_ACQUIRE``)."""
+    return key + b":slots"
 
 
 class RWKeys:

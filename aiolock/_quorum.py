@@ -56,7 +56,10 @@ from ._votes import (
     wait_decided,
 )
 
-__all__ = ["Quorum"]
+__all__ = ["Cleanup", "Quorum"]
+
+#: How a failed attempt is cleaned up, when not with ``RELEASE`` (see Quorum.acquire).
+Cleanup = tuple[Script, tuple[bytes, ...], tuple[bytes, ...]]
 
 
 class Quorum:
@@ -160,6 +163,7 @@ class Quorum:
         more_keys: tuple[bytes, ...] = (),
         more_args: tuple[bytes, ...] = (),
         keys_asked: Callable[[Any], tuple[bytes, ...] | None] | None = None,
+        cleanup: Cleanup | None = None,
     ) -> Attempt:
         """One acquire attempt: ``SET key token NX PX ttl`` (in a script) on every node.
 
@@ -174,6 +178,8 @@ class Quorum:
         ``keys_asked`` reads them from its reply; the request is then sent again to
         that node with those keys appended (at most ``MAX_KEY_ROUNDS`` times, see
         ``_connection``; then the node counts as "held", holder's ttl unknown).
+        ``cleanup``: how the clean-up releases, when not with ``RELEASE``: the script,
+        its keys after ``key``, its arguments after the token (the message last).
         """
         fence_key = fence_key_of(key) if fence_key is None else fence_key
         retention = b"%d" % milliseconds(fence_retention(ttl))
@@ -208,7 +214,7 @@ class Quorum:
         except BaseException:
             # Cancelled with requests in flight: any node may have taken the key.
             with anyio.CancelScope(shield=True):
-                await self.release(key, token, wait_all=True)
+                await self._clean_up(key, token, cleanup, None, ())
             raise
         if fence is not None:
             expires_at = self.expiry(start, ttl)
@@ -220,8 +226,22 @@ class Quorum:
             # (we lost a race): its message says so, and their waiters do not try.
             # After a split vote it must wake them: nobody holds the lock.
             message = (NOT_FREE,) if self._one_holder(votes) else ()
-            await self.release(key, token, wait_all=True, only=maybe_taken, more_args=message)
+            await self._clean_up(key, token, cleanup, maybe_taken, message)
         return Attempt(votes, None)
+
+    async def _clean_up(
+        self,
+        key: bytes,
+        token: bytes,
+        cleanup: Cleanup | None,
+        only: list[int] | None,
+        message: tuple[bytes, ...],
+    ) -> None:
+        script, keys, args = cleanup or (RELEASE_SCRIPT, (), ())
+        await self.release(
+            key, token, wait_all=True, only=only, script=script, more_keys=keys,
+            more_args=(*args, *message),
+        )  # fmt: skip
 
     def _one_holder(self, votes: Votes) -> bool:
         """Whether one holder (by its token's first bytes) said "held" on a quorum."""

@@ -17,6 +17,7 @@ __all__ = [
     "EXTEND_MANY",
     "EXTEND_MANY_SCRIPT",
     "EXTEND_SCRIPT",
+    "FENCE",
     "FORCE_RELEASE",
     "HANDOVER",
     "HANDOVER_SCRIPT",
@@ -29,12 +30,6 @@ __all__ = [
     "RELEASE_SCRIPT",
     "REPAIR",
     "REPAIR_SCRIPT",
-    "RW_READ",
-    "RW_READ_SCRIPT",
-    "RW_RELEASE",
-    "RW_RELEASE_SCRIPT",
-    "RW_WRITE",
-    "RW_WRITE_SCRIPT",
     "SCRIPTS",
     "Script",
 ]
@@ -46,7 +41,7 @@ __all__ = [
 # old value was not below the floor (clocks disagree) is it set again, to old + 1.
 # (Script calls are atomic: the floor in between is never seen.) SET ... GET needs
 # Redis 6.2 or any Valkey.
-_FENCE = b"""\
+FENCE = b"""\
 local fence = tonumber(ARGV[4])
 local last = tonumber(redis.call('set', KEYS[2], ARGV[4], 'PX', ARGV[3], 'GET'))
 if last and last >= fence then
@@ -72,7 +67,7 @@ ACQUIRE = (
     b"""\
 if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
 """
-    + _FENCE
+    + FENCE
     + b"""\
 return {1, fence}
 end
@@ -207,105 +202,6 @@ end
 return out
 """
 
-# Read-write lock. Keys share the name's hash tag: W the writer's lock key, I the
-# writer's intent (a waiting writer keeps new readers out: writers are not starved),
-# R the set of reader ids, R .. id each reader's own lock key, F the fencing counter.
-# Both acquire scripts reply like ACQUIRE: {1, fence} or {0, pttl to wait}, and
-# use the same fencing lines (ARGV[1..4] as for ACQUIRE).
-
-# KEYS[1] this reader's key, KEYS[2] F, KEYS[3] W, KEYS[4] I, KEYS[5] R
-# ARGV[1] token, ARGV[2] ttl ms, ARGV[3] counter retention ms, ARGV[4] fence floor,
-# ARGV[5] this reader's id (KEYS[1] is R's prefix .. id)
-RW_READ = (
-    b"""\
-if redis.call('exists', KEYS[3]) == 1 then
-    return {0, redis.call('pttl', KEYS[3])}
-end
-if redis.call('exists', KEYS[4]) == 1 then
-    return {0, redis.call('pttl', KEYS[4])}
-end
-if not redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-    return {0, redis.call('pttl', KEYS[1])}
-end
-redis.call('sadd', KEYS[5], ARGV[5])
-"""
-    + _FENCE
-    + b"""\
-return {1, fence}
-"""
-)
-
-# KEYS[1] W, KEYS[2] F, KEYS[3] I, KEYS[4] R, KEYS[5..] the readers' keys the caller
-# knows of (R's prefix .. id; none at first)
-# ARGV[1] token, ARGV[2] ttl ms, ARGV[3] counter retention ms, ARGV[4] fence floor,
-# ARGV[5] the prefix of readers' keys (R's members are appended to it),
-# ARGV[6] '1' when the writer will wait (then it leaves its intent), '0' if not
-# Every key touched is declared: when R names a reader whose key is not among KEYS, the
-# script touches nothing and replies {2, id, ...} (R's members): the caller asks again
-# with their keys (see Quorum.acquire's keys_asked).
-# Readers whose key expired are dropped from R here. While live readers remain, a
-# waiting writer leaves its intent (until the last of them would expire, plus a
-# second); the writer that gets the lock clears it.
-RW_WRITE = (
-    b"""\
-if redis.call('exists', KEYS[1]) == 1 then
-    return {0, redis.call('pttl', KEYS[1])}
-end
-local declared = {}
-for i = 5, #KEYS do
-    declared[KEYS[i]] = i
-end
-local readers = redis.call('smembers', KEYS[4])
-for _, id in ipairs(readers) do
-    if not declared[ARGV[5] .. id] then
-        local ask = {2}
-        for j, member in ipairs(readers) do
-            ask[j + 1] = member
-        end
-        return ask
-    end
-end
-local wait = -2
-for _, id in ipairs(readers) do
-    local left = redis.call('pttl', KEYS[declared[ARGV[5] .. id]])
-    if left == -2 then
-        redis.call('srem', KEYS[4], id)
-    elseif left == -1 then
-        wait = math.max(wait, tonumber(ARGV[2]))
-    else
-        wait = math.max(wait, left)
-    end
-end
-if wait >= 0 then
-    if ARGV[6] == '1' then
-        redis.call('set', KEYS[3], ARGV[1], 'PX', wait + 1000)
-    end
-    return {0, wait}
-end
-redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('del', KEYS[3])
-"""
-    + _FENCE
-    + b"""\
-return {1, fence}
-"""
-)
-
-# KEYS[1] the handle's key (W, or a reader's), KEYS[2] R
-# ARGV[1] token, ARGV[2] reader id ('' for the writer), ARGV[3] channel to publish on
-# returns 1 when released, else 0
-RW_RELEASE = b"""\
-if redis.call('get', KEYS[1]) == ARGV[1] then
-    redis.call('del', KEYS[1])
-    if ARGV[2] ~= '' then
-        redis.call('srem', KEYS[2], ARGV[2])
-    end
-    redis.call('publish', ARGV[3], '')
-    return 1
-end
-return 0
-"""
-
 
 class Script:
     """A Lua script with its SHA1, run with EVALSHA and re-sent with EVAL on NOSCRIPT.
@@ -333,9 +229,6 @@ class Script:
 ACQUIRE_SCRIPT: Final = Script(ACQUIRE)
 RELEASE_SCRIPT: Final = Script(RELEASE)
 RAISE_FENCE_SCRIPT: Final = Script(RAISE_FENCE)
-RW_READ_SCRIPT: Final = Script(RW_READ)
-RW_WRITE_SCRIPT: Final = Script(RW_WRITE)
-RW_RELEASE_SCRIPT: Final = Script(RW_RELEASE)
 EXTEND_SCRIPT: Final = Script(EXTEND)
 EXTEND_MANY_SCRIPT: Final = Script(EXTEND_MANY, per_key_args=2)
 REPAIR_SCRIPT: Final = Script(REPAIR)

@@ -7,34 +7,53 @@ hold at once. Here the semaphore is ``limit`` *slots*, each an ordinary quorum l
 never hold the same slot, so there are never more than ``limit`` holders. A crashed
 holder's slot frees itself after its ttl.
 
-Acquire tries the slots once each, starting at a random one (holders spread over the
-slots); when none is free it waits like a lock does: local FIFO, woken by any slot's
-release message, or when the shortest holder's ttl runs out.
+Finding a free slot does not walk the slots. Each node also notes, in one sorted set
+(``<key>:slots``), when each taken slot's key expires; the acquire script
+(``SEM_ACQUIRE``) tries one slot and, when it is held, replies with slots the node has
+no note of and slots whose note has run out (a renewed holder's, or a dead one's),
+so that the next attempt tries a slot a majority reported free and has the others'
+keys checked on the way. A try is at most :data:`MAX_ATTEMPTS` quorum attempts of one
+script per node, whatever ``limit`` is; usually one. The notes are advice only: a
+slot is taken by ``SET NX`` on its own key, on a majority, like any lock.
+
+A waiter waits like a lock's: local FIFO, woken by the semaphore's one channel (every
+slot's release announces on it), or when the first noted holder's ttl runs out.
 """
 
 from __future__ import annotations
 
 import random
+import secrets
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from ._base import BaseHandle
 from ._checks import shown
 from ._errors import LockNotOwned, QuorumError
-from ._keys import release_channel, slot_key
-from ._lock import Lock
+from ._handle_scripts import SEM_ACQUIRE_SCRIPT, SEM_CHECKS, SEM_RELEASE_SCRIPT
+from ._keys import release_channel, semaphore_index, slot_key
+from ._lock import TOKEN_BYTES, Lock
+from ._scripts import NOT_FREE
 
 if TYPE_CHECKING:
     from ._engine import Engine
     from ._errors import LockLost
     from ._renewal import Renewal
+    from ._votes import Attempt, Votes
 
 __all__ = ["Semaphore"]
+
+#: Quorum attempts in one try of a semaphore: the slot tried first, then slots that
+#: the nodes reported free (a race lost on one costs another attempt).
+MAX_ATTEMPTS: Final = 4
+#: How long a waiter sleeps before trying again when a try ended with slots still to
+#: check or races lost (no holder's expiry to wait for).
+RETRY_SOON: Final = 0.05
 
 
 @dataclass
 class _Round:
-    """One try over every slot (what the wait queue needs of it)."""
+    """One try (what the wait queue needs of it)."""
 
     expires_at: float | None
     outage: bool
@@ -45,6 +64,83 @@ class _Round:
         return self.hint
 
 
+@dataclass
+class _Reported:
+    """What the nodes that said "held" replied to a failed attempt, tallied."""
+
+    free: dict[int, int]
+    due: dict[int, int]
+    wait: float | None
+
+    @classmethod
+    def read(cls, votes: Votes, limit: int) -> _Reported:
+        free: dict[int, int] = {}
+        due: dict[int, int] = {}
+        waits: list[int] = []
+        for reply, verdict in zip(votes.replies, votes.verdicts, strict=True):
+            if verdict is not False or type(reply) is not list or len(reply) < 4:
+                continue
+            waits.append(reply[1])
+            count = reply[3]
+            for i, slot in enumerate(reply[4:]):
+                if 0 <= slot < limit:
+                    tally = free if i < count else due
+                    tally[slot] = tally.get(slot, 0) + 1
+        wait = max(waits) / 1000 if waits and min(waits) >= 0 else None
+        return cls(free, due, wait)
+
+    def next_try(self) -> tuple[int, list[int]] | None:
+        """The slot to try next and the slots to have checked; None: none is free."""
+        due = sorted(self.due, key=lambda slot: -self.due[slot])
+        if self.free:
+            most = max(self.free.values())
+            slot = random.choice([s for s, n in self.free.items() if n == most])
+        elif due:
+            slot = due.pop(0)
+        else:
+            return None
+        return slot, [s for s in due if s != slot][:SEM_CHECKS]
+
+
+class _Slot(Lock):
+    """The slot a semaphore handle holds: a lock whose key is chosen at each acquire."""
+
+    __slots__ = ("index", "semaphore_key")
+
+    def __init__(
+        self, engine: Engine, name: str, key: bytes, *, ttl: float, auto_renew: bool
+    ) -> None:
+        super().__init__(
+            engine, name, ttl=ttl, timeout=0, auto_renew=auto_renew, key=key, report=False
+        )
+        self.semaphore_key = key
+        self.index = 0
+
+    def take(self, index: int, name: str, token: bytes, attempt: Attempt) -> None:
+        """Hold slot ``index``, just won by ``attempt`` with ``token``."""
+        assert attempt.expires_at is not None  # noqa: S101
+        if self._hold is not None:
+            self._clear()  # an earlier acquisition that expired or was lost
+        self.index = index
+        self._name = f"{name}[slot {index}]"
+        self._key = slot_key(self.semaphore_key, index)
+        self._own(token, attempt.fence, attempt.start, attempt.expires_at)
+
+    @property
+    def _queue_key(self) -> bytes:
+        return self.semaphore_key
+
+    async def _release_votes(self, token: bytes, *, local: bool = False) -> Votes:
+        message = (NOT_FREE,) if local else ()
+        return await self._engine.quorum.release(
+            self._key,
+            token,
+            script=SEM_RELEASE_SCRIPT,
+            more_keys=(semaphore_index(self.semaphore_key),),
+            more_args=(b"%d" % self.index, *message),
+        )
+
+
 class Semaphore(BaseHandle):
     """A distributed semaphore; created by :meth:`LockManager.semaphore`.
 
@@ -52,7 +148,7 @@ class Semaphore(BaseHandle):
     strictly increasing among the holders of that slot.
     """
 
-    __slots__ = ("_channels", "_held", "_key", "_limit", "_slots")
+    __slots__ = ("_channels", "_held", "_index", "_key", "_limit", "_slot")
 
     _kind = "semaphore"
 
@@ -69,20 +165,10 @@ class Semaphore(BaseHandle):
         super().__init__(engine, name, ttl=ttl, timeout=timeout)
         self._limit = limit
         self._key = engine.key(name)
-        self._slots = [
-            Lock(
-                engine,
-                f"{name}[slot {i}]",
-                ttl=ttl,
-                timeout=0,
-                auto_renew=auto_renew,
-                key=slot_key(self._key, i),
-                report=False,
-            )
-            for i in range(limit)
-        ]
-        self._channels = tuple(release_channel(slot_key(self._key, i)) for i in range(limit))
-        self._held: Lock | None = None
+        self._index = semaphore_index(self._key)
+        self._channels = (release_channel(self._index),)
+        self._slot = _Slot(engine, name, self._key, ttl=ttl, auto_renew=auto_renew)
+        self._held: _Slot | None = None
 
     def __repr__(self) -> str:
         state = "held" if self.owned else "not held"
@@ -110,7 +196,7 @@ class Semaphore(BaseHandle):
     @property
     def slot(self) -> int | None:
         """Which slot is held (0 to limit - 1); ``None`` when not held."""
-        return self._slots.index(self._held) if self._held is not None else None
+        return self._held.index if self._held is not None else None
 
     @property
     def lost(self) -> LockLost | None:
@@ -118,20 +204,39 @@ class Semaphore(BaseHandle):
         return self._held.lost if self._held is not None else None
 
     async def _round(self) -> _Round:
-        start = random.randrange(self._limit)
-        failures: list[QuorumError] = []
-        for i in range(self._limit):
-            slot = self._slots[(start + i) % self._limit]
-            try:
-                if await slot.acquire(timeout=0):
-                    self._held = slot
-                    return _Round(slot.remaining() + self._engine.clock(), False, None)
-            except QuorumError as exc:
-                failures.append(exc)
-        if len(failures) == self._limit:
-            return _Round(None, outage=True, hint=None, error=failures[0])
-        # Every slot is taken: wake at the latest when the first holder's key expires.
-        return _Round(None, outage=False, hint=min(self._ttl, 1.0))
+        quorum = self._engine.quorum
+        token = secrets.token_bytes(TOKEN_BYTES)
+        slot, checks = random.randrange(self._limit), list[int]()
+        wait: float | None = None
+        for attempts in range(1, MAX_ATTEMPTS + 1):
+            number = b"%d" % slot
+            attempt = await quorum.acquire(
+                slot_key(self._key, slot),
+                token,
+                self._ttl,
+                script=SEM_ACQUIRE_SCRIPT,
+                more_keys=(self._index, *(slot_key(self._key, s) for s in checks)),
+                more_args=(number, b"%d" % self._limit, *(b"%d" % s for s in checks)),
+                cleanup=(SEM_RELEASE_SCRIPT, (self._index,), (number,)),
+            )
+            if attempt.acquired:
+                self._slot.take(slot, self._name, token, attempt)
+                self._held = self._slot
+                return _Round(attempt.expires_at, outage=False, hint=None)
+            if attempt.outage:
+                error = self._engine.quorum_error(f"acquire of {self._what}", attempt.votes)
+                return _Round(None, outage=True, hint=None, error=error)
+            reported = _Reported.read(attempt.votes, self._limit)
+            wait = reported.wait
+            following = reported.next_try()
+            if following is None:
+                break  # every slot is held, as a majority noted
+            if attempts == MAX_ATTEMPTS:
+                wait = RETRY_SOON  # free slots were reported: come back soon
+            slot, checks = following
+        # Wake at the latest when the first noted holder's key expires.
+        hint = min(self._ttl, 1.0) if wait is None else min(self._ttl, 1.0, max(wait, 0.0))
+        return _Round(None, outage=False, hint=hint)
 
     async def _acquire(self, wait: float | None) -> bool:
         self._held = None
@@ -156,7 +261,6 @@ class Semaphore(BaseHandle):
         if held is None:
             raise LockNotOwned(f"{self._what} is not held")
         self._held = None
-        self._engine.waiting.released(self._key)
         await held.release()
 
     async def extend(self, ttl: float | None = None) -> None:
@@ -178,5 +282,4 @@ class Semaphore(BaseHandle):
     async def _drop(self) -> None:
         held, self._held = self._held, None
         if held is not None:
-            self._engine.waiting.released(self._key)
             await held._drop()  # noqa: SLF001 - a Lock, a handle of the same family

@@ -45,6 +45,20 @@ MUTANTS = [
         ("tests/test_primitives.py",),
     ),
     Mutant(
+        "semaphore slot taken without NX",
+        "aiolock/_handle_scripts.py",
+        "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n    redis.call('zadd'",
+        "if redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) then\n    redis.call('zadd'",
+        ("tests/test_primitives.py",),
+    ),
+    Mutant(
+        "semaphore release deletes another holder's slot",
+        "aiolock/_handle_scripts.py",
+        "if holder == ARGV[1] then",
+        "if true then",
+        ("tests/test_primitives.py",),
+    ),
+    Mutant(
         "validity after a renewal without drift",
         "aiolock/_renewal.py",
         "expires_at = quorum.expiry(start, hold.ttl)",

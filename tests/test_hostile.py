@@ -253,8 +253,27 @@ async def test_each_script_stays_fast_at_the_largest_arguments(urls: list[str]) 
             others = (await client.info("commandstats"))["cmdstat_evalsha"]
             for one in held:
                 await one.release()
+            # A semaphore of the biggest name at its largest limit, nearly full: the tries
+            # that find its one free slot, then that there is none.
+            big = "s".ljust(MAX_NAME_BYTES, "s")
+            slots = [locks.semaphore(big, MAX_SEMAPHORE_LIMIT, ttl=600, auto_renew=False)
+                     for _ in range(MAX_SEMAPHORE_LIMIT + 1)]  # fmt: skip
+            for one in slots[:-1]:
+                assert await one.acquire(timeout=5)
+            await slots[MAX_SEMAPHORE_LIMIT // 2].release()
+            await client.config_resetstat()
+            assert await slots[-1].acquire(timeout=0)
+            assert await slots[MAX_SEMAPHORE_LIMIT // 2].acquire(timeout=0) is False
+            semaphore = (await client.info("commandstats"))["cmdstat_evalsha"]
+            for one in slots:
+                if one.owned:
+                    await one.release()
         # One script runs at a time on a node, and every other client waits meanwhile.
-        for what, stats in (("renewal", renewal), ("acquire/extend/release", others)):
+        for what, stats in (
+            ("renewal", renewal),
+            ("acquire/extend/release", others),
+            ("semaphore", semaphore),
+        ):
             assert stats["usec_per_call"] < 3000, f"{what}: {stats}"
     finally:
         await client.aclose()

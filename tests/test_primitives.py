@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import math
@@ -12,7 +13,7 @@ import time
 import pytest
 import redis.asyncio as redis
 
-from aiolock import LockLost, LockManager, LockNotOwned, LockTimeout, QuorumError
+from aiolock import Lock, LockLost, LockManager, LockNotOwned, LockTimeout, QuorumError
 from aiolock.testing import Server, Servers
 
 from .conftest import elsewhere, key
@@ -142,6 +143,93 @@ async def test_semaphore_never_exceeds_limit_across_processes(urls: list[str]) -
     most = max(itertools.accumulate(delta for _, delta in events))
     assert most <= 3
     assert most >= 2  # they did overlap: a semaphore, not a lock
+
+
+async def scripts_run(clients: list[redis.Redis]) -> list[int]:
+    """How many scripts each node has run since its last ``CONFIG RESETSTAT``."""
+    counts = []
+    for client in clients:
+        stats = await client.info("commandstats")
+        calls = (stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("eval", "evalsha"))
+        counts.append(sum(calls))
+    return counts
+
+
+async def test_a_try_on_a_full_semaphore_costs_the_same_at_any_limit(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    """Issue 19: finding a free slot, or learning there is none, is not a walk over slots."""
+    limit = 40
+    before = sum(isinstance(o, Lock) for o in gc.get_objects())
+    probe = locks.semaphore(name, limit, ttl=30)
+    # No handle per slot: constructing one at limit 40 builds at most the one it holds.
+    assert sum(isinstance(o, Lock) for o in gc.get_objects()) - before <= 1
+    holders = [locks.semaphore(name, limit, ttl=30, auto_renew=False) for _ in range(limit)]
+    for sem in holders:
+        assert await sem.acquire(timeout=0)
+    assert sorted(s.slot for s in holders if s.slot is not None) == list(range(limit))
+    for client in clients:
+        await client.config_resetstat()
+    tries = 5
+    for _ in range(tries):
+        assert await probe.acquire(timeout=0) is False
+    # One script per node per try here (the nodes agree that all are held); a few at most.
+    assert all(calls <= 2 * tries for calls in await scripts_run(clients))
+    # The last free slot is found in a few scripts too, wherever it is.
+    for gone in (holders[7], holders[33]):
+        freed = gone.slot
+        await gone.release()
+        for client in clients:
+            await client.config_resetstat()
+        assert await probe.acquire(timeout=0)
+        assert probe.slot == freed
+        assert all(calls <= 4 for calls in await scripts_run(clients))
+        await probe.release()
+        assert await gone.acquire(timeout=0)
+    for sem in holders:
+        await sem.release()
+
+
+async def test_a_semaphore_waiter_listens_on_one_channel(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    limit = 25
+    holders = [locks.semaphore(name, limit, ttl=30) for _ in range(limit)]
+    for sem in holders:
+        assert await sem.acquire(timeout=0)
+    sem = locks.semaphore(name, limit, ttl=30)
+    waiter = asyncio.create_task(elsewhere(sem.acquire(timeout=10)))
+    await asyncio.sleep(0.3)
+    # It listens on some of the nodes (see _waiting.py): one channel on each of them.
+    channels = [await client.pubsub_channels(f"*{name}*") for client in clients]
+    assert {len(on_node) for on_node in channels} == {0, 1}, channels
+    started = time.monotonic()
+    await holders[11].release()
+    assert await waiter
+    assert time.monotonic() - started < 1.0
+    for one in (*holders[:11], *holders[12:], sem):
+        await one.release()
+
+
+async def test_a_slot_freed_by_an_expired_holder_is_found_among_renewed_ones(
+    locks: LockManager, name: str
+) -> None:
+    """Renewal leaves what an acquire noted of a slot's expiry behind; a try still finds
+    the one slot whose holder died, among slots that are all held past that note."""
+    limit = 20
+    held = [locks.semaphore(name, limit, ttl=0.6) for _ in range(limit - 1)]
+    crashed = locks.semaphore(name, limit, ttl=0.6, auto_renew=False)
+    for sem in (*held[:12], crashed, *held[12:]):
+        assert await sem.acquire(timeout=0)
+    free_slot = crashed.slot
+    await asyncio.sleep(1.5)  # the crashed one expired; the others were renewed twice
+    assert all(sem.owned for sem in held)
+    probe = locks.semaphore(name, limit, ttl=5)
+    assert await probe.acquire(timeout=0)
+    assert probe.slot == free_slot
+    assert await locks.semaphore(name, limit, ttl=5).acquire(timeout=0) is False
+    for sem in (*held, probe):
+        await sem.release()
 
 
 # -- lock_many ---------------------------------------------------------------------------

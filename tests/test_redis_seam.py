@@ -26,8 +26,8 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from aiolock import _scripts
-from aiolock._keys import RELEASED_SUFFIX, release_channel
+from aiolock import _handle_scripts, _scripts
+from aiolock._keys import RELEASED_SUFFIX, release_channel, semaphore_index
 from aiolock._node import Node
 from aiolock._redis import ERROR_CLASSES, error_from_reply
 
@@ -88,8 +88,8 @@ def test_every_script_declares_every_key_it_touches() -> None:
     """
     call = re.compile(r"redis\.p?call\('(\w+)',\s*([^,)]+(?:\]\])?)")
     checked = 0
-    for name in _scripts.__all__:
-        source = getattr(_scripts, name)
+    for module, name in [(m, n) for m in (_scripts, _handle_scripts) for n in m.__all__]:
+        source = getattr(module, name)
         if not isinstance(source, bytes) or name == "NOT_FREE":
             continue
         for command, first in call.findall(source.decode()):
@@ -122,3 +122,6 @@ def test_the_scripts_announce_on_the_channel_the_waiters_listen_to() -> None:
     assert release_channel(b"k") == b"k" + RELEASED_SUFFIX
     for source in (_scripts.RELEASE, _scripts.FORCE_RELEASE):
         assert f"KEYS[1] .. '{suffix}'" in source.decode()
+    # A semaphore's slots announce on its index's channel (KEYS[2] of SEM_RELEASE).
+    assert f"KEYS[2] .. '{suffix}'" in _handle_scripts.SEM_RELEASE.decode()
+    assert release_channel(semaphore_index(b"k")) == b"k:slots" + RELEASED_SUFFIX
