@@ -259,7 +259,8 @@ async def test_missing_and_wrong_passwords(
 MINIMAL_ACL = (
     "on >lockpass ~aiolock:* resetchannels &aiolock:* -@all "
     "+evalsha +eval +script|load +subscribe +unsubscribe +ping "
-    "+set +get +del +pexpire +pttl +publish +type +info +exists +sadd +srem +smembers"
+    "+set +get +del +pexpire +pttl +publish +type +info +exists +sadd +srem +smembers "
+    "+time +zadd +zrem +zrange +zrangebyscore +zcard"
 )
 
 
