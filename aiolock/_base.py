@@ -161,6 +161,7 @@ class BaseHandle(Configured):
         queue: bytes,
         channels: tuple[bytes, ...] | None,
         exclusive: bool,
+        taker: tuple[bytes, float] | None = None,
     ) -> _O | None:
         """Try, and wait in the local queue for ``queue`` while it is worth it.
 
@@ -180,7 +181,7 @@ class BaseHandle(Configured):
                 outcome = None
         if outcome is None:
             outcome = await engine.waiting.acquire(
-                queue, attempt, deadline, channels=channels, exclusive=exclusive
+                queue, attempt, deadline, channels=channels, exclusive=exclusive, taker=taker
             )
         if outcome is not None and outcome.expires_at is not None:
             if self._report:

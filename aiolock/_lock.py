@@ -10,6 +10,7 @@ import anyio
 from ._base import BaseHandle
 from ._checks import shown
 from ._errors import LockLost, LockNotOwned, QuorumError
+from ._handoff import can_pass_on, pass_on
 from ._hold import Hold
 from ._scripts import NOT_FREE
 from ._ticket import Ticket, encode_ticket
@@ -150,6 +151,7 @@ class Lock(BaseHandle):
             queue=self._queue_key,
             channels=self._channels,
             exclusive=self._exclusive,
+            taker=(token, self._ttl) if self._passes_on else None,
         )
         if attempt is None:
             return False
@@ -205,10 +207,9 @@ class Lock(BaseHandle):
         expired = self.remaining() <= 0.0
         # Wake the next local waiter now: its attempt is written after our release
         # on each node's ordered connection, so the handoff costs no extra trip.
-        local = engine.waiting.released(self._queue_key)
         held = engine.clock() - hold.acquired_at
         try:
-            votes = await self._release_votes(hold.token, local=local)
+            votes = await self._give_back(hold.token, valid=not expired)
         finally:
             self._clear()
         if self._report:
@@ -325,6 +326,8 @@ class Lock(BaseHandle):
     # How a lock is taken and given back; the read-write lock's handles override these.
     _channels: tuple[bytes, ...] | None = None
     _exclusive = True
+    #: Whether a release may pass the lock to a local waiter in one script (_handoff).
+    _passes_on = True
     #: Whether the renewal may re-create the key where a node lost it (a plain key and
     #: counter; a reader of a read-write lock is also a member of a set: not repaired).
     _repairable = True
@@ -335,6 +338,15 @@ class Lock(BaseHandle):
 
     async def _attempt(self, token: bytes) -> Attempt:
         return await self._engine.quorum.acquire(self._key, token, self._ttl)
+
+    async def _give_back(self, token: bytes, *, valid: bool) -> Votes:
+        """Release, or pass a ``valid`` lock to the head of this process's queue."""
+        quorum = self._engine.quorum
+        passes_on = valid and self._passes_on and can_pass_on(quorum)
+        local = self._engine.waiting.released(self._queue_key, pass_on=passes_on)
+        if isinstance(local, bool):
+            return await self._release_votes(token, local=local)
+        return await pass_on(quorum, self._key, token, local)
 
     async def _release_votes(self, token: bytes, *, local: bool = False) -> Votes:
         # ``local``: a waiter of this process takes the lock next (see _waiting.py).
@@ -381,5 +393,4 @@ class Lock(BaseHandle):
         if hold is None or self._leave_level():
             return
         self._clear()
-        local = self._engine.waiting.released(self._queue_key)
-        await self._release_votes(hold.token, local=local)
+        await self._give_back(hold.token, valid=False)

@@ -81,6 +81,7 @@ class _RWHandle(Lock):
     # A reader's key alone is not the whole lock (it is also a member of the readers'
     # set), and the writer's counter is the name's: neither is re-created by renewal.
     _repairable = False
+    _passes_on = False  # its keys and scripts are its own (see _handoff.py)
 
     @property
     def _queue_key(self) -> bytes:

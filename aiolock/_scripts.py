@@ -24,9 +24,13 @@ __all__ = [
     "INSPECT",
     "INSPECT_SCRIPT",
     "NOT_FREE",
+    "PASS_ON",
+    "PASS_ON_SCRIPT",
     "RAISE_FENCE",
     "RAISE_FENCE_SCRIPT",
     "RELEASE",
+    "RELEASE_EITHER",
+    "RELEASE_EITHER_SCRIPT",
     "RELEASE_SCRIPT",
     "REPAIR",
     "REPAIR_SCRIPT",
@@ -165,6 +169,46 @@ end
 return 0
 """
 
+# The release that passes the lock to a waiter of the same process: one script per
+# node instead of a release and an acquire (see _handoff.py). Nothing is published:
+# the lock is not free for anyone else.
+# KEYS[1] lock key, KEYS[2] its fencing counter
+# ARGV[1..4] as for ACQUIRE, for the waiter (its token, ttl, ...); ARGV[5] the old token
+# returns {1, fence} when the key held the old token and now holds the waiter's (with
+#         a fresh ttl and the next fencing token, as ACQUIRE would); else
+#         {0, pttl, holder's first 8 bytes}: the old holder's key is gone (pttl -2)
+#         or held by another token, and nothing was changed.
+PASS_ON = (
+    b"""\
+local holder = redis.call('get', KEYS[1])
+if holder == ARGV[5] then
+    redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
+"""
+    + FENCE
+    + b"""\
+return {1, fence}
+end
+if not holder then
+    return {0, -2}
+end
+return {0, redis.call('pttl', KEYS[1]), string.sub(holder, 1, 8)}
+"""
+)
+
+# The clean-up of a PASS_ON that did not win a quorum: the lock is given up by both.
+# KEYS[1] lock key
+# ARGV[1] the waiter's token, ARGV[2] the old holder's, ARGV[3] (optional) the message
+# returns 1 when the key held either token and was deleted, else 0.
+RELEASE_EITHER = b"""\
+local holder = redis.call('get', KEYS[1])
+if holder == ARGV[1] or holder == ARGV[2] then
+    redis.call('del', KEYS[1])
+    redis.call('publish', KEYS[1] .. ':released', ARGV[3] or '')
+    return 1
+end
+return 0
+"""
+
 # KEYS[1] lock key
 # KEYS[2] fencing counter of the same name
 # ARGV[1] token, ARGV[2] time to live in milliseconds
@@ -234,7 +278,15 @@ EXTEND_MANY_SCRIPT: Final = Script(EXTEND_MANY, per_key_args=2)
 REPAIR_SCRIPT: Final = Script(REPAIR)
 INSPECT_SCRIPT: Final = Script(INSPECT)
 HANDOVER_SCRIPT: Final = Script(HANDOVER)
+PASS_ON_SCRIPT: Final = Script(PASS_ON)
+RELEASE_EITHER_SCRIPT: Final = Script(RELEASE_EITHER)
 #: Loaded on each node's first connection: the hot path's.
-SCRIPTS: Final = (ACQUIRE_SCRIPT, RELEASE_SCRIPT, EXTEND_SCRIPT, RAISE_FENCE_SCRIPT)
+SCRIPTS: Final = (
+    ACQUIRE_SCRIPT,
+    RELEASE_SCRIPT,
+    EXTEND_SCRIPT,
+    RAISE_FENCE_SCRIPT,
+    PASS_ON_SCRIPT,
+)
 # The others are loaded on first use (NOSCRIPT fallback): most applications never
 # need the read-write lock's, and the renewal connections load their own two.

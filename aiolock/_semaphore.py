@@ -126,6 +126,8 @@ class _Slot(Lock):
         self._key = slot_key(self.semaphore_key, index)
         self._own(token, attempt.fence, attempt.start, attempt.expires_at)
 
+    _passes_on = False  # the semaphore's waiters try slots, not this key
+
     @property
     def _queue_key(self) -> bytes:
         return self.semaphore_key

@@ -46,7 +46,7 @@ from ._keys import release_channel
 from ._pubsub import ClusterSubscriber, Subscriber
 from ._scripts import NOT_FREE
 
-__all__ = ["Outcome", "Waiting"]
+__all__ = ["Outcome", "Taker", "Waiting"]
 
 
 class Listener(Protocol):
@@ -92,6 +92,33 @@ POLL_INTERVAL: Final = 0.1
 LOCAL_STREAK: Final = 4
 
 
+class Taker:
+    """The idle head of a local queue, offering to take the lock straight from its holder.
+
+    A release that finds one claims it, passes the lock on in one script per node (see
+    ``_handoff.py``) and delivers the outcome. The head meanwhile waits for it and sends
+    nothing of its own: an attempt of its own would race the handoff with its token.
+    """
+
+    __slots__ = ("claimed", "future", "on_dropped", "token", "ttl")
+
+    def __init__(self, token: bytes, ttl: float) -> None:
+        self.token = token
+        self.ttl = ttl
+        self.claimed = False
+        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        #: Gives back a lock passed to the head that it did not take (it was cancelled
+        #: between the delivery and its wake-up); set by the release.
+        self.on_dropped: Callable[[], None] | None = None
+
+    def deliver(self, outcome: Outcome) -> bool:
+        """Give the head the handoff's outcome; False when it left meanwhile."""
+        if self.future.done():
+            return False
+        self.future.set_result(outcome)
+        return True
+
+
 class _Queue:
     """The tasks of this process waiting for one name."""
 
@@ -102,6 +129,7 @@ class _Queue:
         "local_streak",
         "promised",
         "subscribed",
+        "taker",
         "wake",
     )
 
@@ -120,6 +148,8 @@ class _Queue:
         # A release told other processes that a waiter of ours takes the lock, and
         # none has taken it since.
         self.promised = False
+        # The head, while it sleeps, when it may be passed the lock (see Taker).
+        self.taker: Taker | None = None
 
 
 class Waiting:
@@ -151,7 +181,7 @@ class Waiting:
         queue = self._queues.get(key)
         return len(queue.entries) if queue is not None else 0
 
-    def released(self, key: bytes) -> bool:
+    def released(self, key: bytes, *, pass_on: bool = False) -> Taker | bool:
         """A task of this process is releasing ``key``: wake the head of its queue.
 
         Woken now, the local head's acquire follows the release on every node's
@@ -164,6 +194,9 @@ class Waiting:
         (:data:`~aiolock._scripts.NOT_FREE`), and the waiters of other processes, who would only
         lose the race, do not try. Should no local waiter take it after all (they
         all left first), the last one to leave announces the lock as free.
+
+        ``pass_on``: the caller can pass the lock on in one script (a plain lock). When
+        the head sleeps, it is claimed and returned (see :class:`Taker`).
         """
         queue = self._queues.get(key)
         if queue is None:
@@ -172,6 +205,11 @@ class Waiting:
             queue.local_streak += 1
             queue.promised = True
             queue.wake.set()
+            taker = queue.taker
+            if pass_on and taker is not None:
+                queue.taker = None
+                taker.claimed = True
+                return taker
             return True
         queue.local_streak = 0
         return False
@@ -194,6 +232,7 @@ class Waiting:
         *,
         channels: tuple[bytes, ...] | None = None,
         exclusive: bool = True,
+        taker: tuple[bytes, float] | None = None,
     ) -> _A | None:
         """Queue for ``key`` and call ``attempt`` when it may succeed, until ``deadline``.
 
@@ -201,7 +240,8 @@ class Waiting:
         when the deadline passed first. Leaves the queue on return, on error and on
         cancellation, and passes the turn on. ``channels`` announce releases (default:
         ``key``'s own); ``exclusive=False`` (a semaphore) lets the next waiter try at
-        once after one acquired.
+        once after one acquired. ``taker``: the waiter's token and ttl, when a release
+        of this process may pass it the lock (see :class:`Taker`).
         """
         queue = self._queues.get(key)
         if queue is None:
@@ -214,6 +254,7 @@ class Waiting:
         if len(queue.entries) == 1:
             turn.set_result(None)
         taken: float | None = None
+        offer: Taker | None = None
         try:
             if not turn.done():
                 # asyncio.wait, not a cancel scope: cancelling the wait would cancel
@@ -232,8 +273,15 @@ class Waiting:
                 if wait_first:
                     wait_first = False
                 else:
-                    queue.wake.clear()
-                    result = await attempt()
+                    result: _A | None = None
+                    if offer is not None and offer.claimed:
+                        result = await offer.future  # passed the lock, or not
+                        if result.expires_at is None:
+                            result = None  # the handoff failed: try as usual
+                    offer = None
+                    if result is None:
+                        queue.wake.clear()
+                        result = await attempt()
                     if result.expires_at is not None:
                         queue.promised = False
                         if exclusive:
@@ -248,10 +296,31 @@ class Waiting:
                 sleep = UNKNOWN_HOLDER_WAIT if hint is None else hint + EXPIRY_SLACK
                 if any(listener.refused is not None for listener in queue.listeners):
                     sleep = min(sleep, POLL_INTERVAL)  # a release may go unheard
+                if taker is not None:
+                    offer = queue.taker = Taker(*taker)
                 with anyio.move_on_after(min(left, sleep * random.uniform(1.0, 1.1))):
                     await queue.wake.wait()
+                if queue.taker is offer:
+                    queue.taker = None  # not claimed
         finally:
+            if offer is not None:
+                self._drop_offer(queue, offer)
             self._leave(key, queue, turn, taken)
+
+    @staticmethod
+    def _drop_offer(queue: _Queue, offer: Taker) -> None:
+        """The head leaves (cancelled) with its offer out: nothing may stay passed to it."""
+        if queue.taker is offer:
+            queue.taker = None
+        future = offer.future
+        if not future.done():
+            future.cancel()  # a handoff in flight is given back (see pass_on)
+        elif (
+            not future.cancelled()
+            and future.result().expires_at is not None
+            and offer.on_dropped is not None
+        ):
+            offer.on_dropped()  # passed, but we were cancelled before taking it
 
     def _leave(
         self, key: bytes, queue: _Queue, turn: asyncio.Future[float | None], taken: float | None

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 import redis.asyncio as redis
 
-from aiolock import LockLost, LockManager
+from aiolock import LockLost, LockManager, LockNotOwned, _scripts
 from aiolock.testing import Servers
 
-from .conftest import elsewhere, key
+from .conftest import elsewhere, key, settled_keys
 
 
 async def _calls(clients: list[redis.Redis]) -> int:
@@ -269,8 +269,9 @@ async def test_a_local_handoff_does_not_wake_other_processes(
         await holder.release()  # handed to the local waiter: the message says so
         assert await local
         await asyncio.sleep(0.3)
-        # One release and one acquire per node: the other process did not try.
-        assert await _calls(clients) - before == 10
+        # One script per node passed the lock on (issue 17; it was a release and an
+        # acquire per node, 10): the other process did not try.
+        assert await _calls(clients) - before == 5
         assert not remote.done()
         # A release with no local waiter left is open to all: the other one takes
         # it at once (not after the 30 s PTTL, nor its 10 s timeout).
@@ -401,3 +402,123 @@ async def test_a_lost_lock_dropped_with_a_local_waiter_says_so_in_its_message(
         await waiter.release()
     finally:
         await listener.aclose()
+
+
+# -- handoff within a process (issue 17) ---------------------------------------------------
+
+
+async def _each_node_calls(clients: list[redis.Redis]) -> list[int]:
+    counts = []
+    for client in clients:
+        stats = await client.info("commandstats")
+        counts.append(
+            sum(int(stats.get(n, {}).get("calls", 0)) for n in ("cmdstat_evalsha", "cmdstat_eval"))
+        )
+    return counts
+
+
+async def test_a_local_handoff_is_one_script_per_node(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    holder = locks.lock(name, ttl=5, auto_renew=False)
+    assert await holder.acquire()
+    first_token = holder.fencing_token
+    assert first_token is not None
+    waiter = locks.lock(name, ttl=20, auto_renew=False)
+    queued = asyncio.create_task(elsewhere(waiter.acquire(timeout=10)))
+    await asyncio.sleep(0.1)  # queued, its first attempt failed
+    for client in clients:
+        await client.config_resetstat()
+    sent = time.monotonic()
+    await holder.release()
+    assert await queued
+    # One script per node passed the lock: no release and acquire, no failed attempt.
+    assert await _each_node_calls(clients) == [1] * len(clients)
+    # It is the waiter's, with its own ttl, counted from when the handoff was sent, and
+    # the next fencing token.
+    assert (waiter.fencing_token or 0) > first_token
+    assert 19.0 < waiter.remaining() <= 20.0 - (time.monotonic() - sent) + 0.001
+    values = {await client.get(key(name)) for client in clients}
+    assert len(values) == 1
+    pttls = [await client.pttl(key(name)) for client in clients]
+    assert all(10_000 < pttl <= 20_000 for pttl in pttls), pttls
+    await waiter.release()
+    assert await elsewhere(locks.lock(name, ttl=5).acquire(timeout=0))
+
+
+async def test_a_handoff_without_a_quorum_is_cleaned_up_and_the_waiter_tries_itself(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    holder = locks.lock(name, ttl=30, auto_renew=False)
+    assert await holder.acquire()
+    waiter = locks.lock(name, ttl=30, auto_renew=False)
+    queued = asyncio.create_task(elsewhere(waiter.acquire(timeout=10)))
+    await asyncio.sleep(0.1)
+    for client in clients[:3]:  # taken over on a majority (say, by an operator)
+        await client.set(key(name), b"intruder", px=1500)
+    with pytest.raises(LockNotOwned):
+        await holder.release()
+    # The two nodes that still had the holder's token have neither token any more.
+    assert [await client.get(key(name)) for client in clients] == [b"intruder"] * 3 + [None] * 2
+    assert not queued.done()
+    assert await queued  # once the intruder's keys expire
+    assert waiter.owned
+    await waiter.release()
+
+
+async def test_a_waiter_cancelled_during_a_handoff_leaves_nothing_held(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    for _ in range(5):
+        holder = locks.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire()
+        waiter = asyncio.create_task(elsewhere(locks.lock(name, ttl=30).acquire(timeout=10)))
+        await asyncio.sleep(0.1)
+        release = asyncio.create_task(holder.release())
+        await asyncio.sleep(0)  # the release is on its way
+        waiter.cancel()
+        await release
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiter
+        assert await settled_keys(clients, name, [False] * 5) == [False] * 5
+        other = locks.lock(name, ttl=5)
+        assert await elsewhere(other.acquire(timeout=0))
+        await other.release()
+
+
+async def test_the_handoff_scripts_touch_only_the_tokens_they_are_given(
+    clients: list[redis.Redis], name: str
+) -> None:
+    client, lock_key, fence_key = clients[0], key(name), key(name) + ":fence"
+    listener = client.pubsub()
+    await listener.subscribe(lock_key + ":released")
+    assert (await listener.get_message(timeout=2))["type"] == "subscribe"  # type: ignore[index]
+    try:
+        # PASS_ON: only from the old token, with the waiter's ttl and the next fence.
+        args = [b"new", 20_000, 60_000, 1_000]
+        for value in (None, b"other"):
+            await client.delete(lock_key)
+            if value is not None:
+                await client.set(lock_key, value, px=5000)
+            reply = await client.eval(_scripts.PASS_ON, 2, lock_key, fence_key, *args, b"old")
+            assert reply[0] == 0
+            assert await client.get(lock_key) == value
+        await client.set(lock_key, b"old", px=5000)
+        await client.set(fence_key, 5_000)
+        reply = await client.eval(_scripts.PASS_ON, 2, lock_key, fence_key, *args, b"old")
+        assert reply == [1, 5_001]
+        assert await client.get(lock_key) == b"new"
+        assert 15_000 < await client.pttl(lock_key) <= 20_000
+        # RELEASE_EITHER: either token, never a third.
+        for value, deleted in ((b"new", 1), (b"old", 1), (b"other", 0)):
+            await client.set(lock_key, value, px=5000)
+            assert (
+                await client.eval(_scripts.RELEASE_EITHER, 1, lock_key, b"new", b"old") == deleted
+            )
+            assert await client.exists(lock_key) == 1 - deleted
+        # Only the two releases announced anything; the handoff did not.
+        messages = [await listener.get_message(timeout=0.5) for _ in range(3)]
+        assert [m["data"] for m in messages if m] == [b"", b""]
+    finally:
+        await listener.aclose()
+        await client.delete(lock_key, fence_key)
