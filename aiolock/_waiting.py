@@ -93,19 +93,22 @@ LOCAL_STREAK: Final = 4
 
 
 class Taker:
-    """The idle head of a local queue, offering to take the lock straight from its holder.
+    """A waiter's offer to take the lock straight from its holder, when it is the head.
 
-    A release that finds one claims it, passes the lock on in one script per node (see
+    A release of this process that finds the head's offer, while the head is not in an
+    attempt of its own, claims it, passes the lock on in one script per node (see
     ``_handoff.py``) and delivers the outcome. The head meanwhile waits for it and sends
     nothing of its own: an attempt of its own would race the handoff with its token.
     """
 
-    __slots__ = ("claimed", "future", "on_dropped", "token", "ttl")
+    __slots__ = ("busy", "claimed", "future", "on_dropped", "token", "ttl")
 
     def __init__(self, token: bytes, ttl: float) -> None:
         self.token = token
         self.ttl = ttl
         self.claimed = False
+        #: The head is in an attempt of its own: not to be claimed now.
+        self.busy = False
         self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         #: Gives back a lock passed to the head that it did not take (it was cancelled
         #: between the delivery and its wake-up); set by the release.
@@ -129,7 +132,7 @@ class _Queue:
         "local_streak",
         "promised",
         "subscribed",
-        "taker",
+        "takers",
         "wake",
     )
 
@@ -148,8 +151,8 @@ class _Queue:
         # A release told other processes that a waiter of ours takes the lock, and
         # none has taken it since.
         self.promised = False
-        # The head, while it sleeps, when it may be passed the lock (see Taker).
-        self.taker: Taker | None = None
+        # The offers of the waiters that may be passed the lock, by turn (see Taker).
+        self.takers: dict[asyncio.Future[float | None], Taker] = {}
 
 
 class Waiting:
@@ -205,9 +208,8 @@ class Waiting:
             queue.local_streak += 1
             queue.promised = True
             queue.wake.set()
-            taker = queue.taker
-            if pass_on and taker is not None:
-                queue.taker = None
+            taker = queue.takers.get(queue.entries[0]) if pass_on and queue.entries else None
+            if taker is not None and not taker.busy and not taker.claimed:
                 taker.claimed = True
                 return taker
             return True
@@ -254,7 +256,9 @@ class Waiting:
         if len(queue.entries) == 1:
             turn.set_result(None)
         taken: float | None = None
-        offer: Taker | None = None
+        offer = None if taker is None else Taker(*taker)
+        if offer is not None:
+            queue.takers[turn] = offer
         try:
             if not turn.done():
                 # asyncio.wait, not a cancel scope: cancelling the wait would cancel
@@ -276,12 +280,12 @@ class Waiting:
                     result: _A | None = None
                     if offer is not None and offer.claimed:
                         result = await offer.future  # passed the lock, or not
+                        offer = queue.takers[turn] = Taker(offer.token, offer.ttl)
                         if result.expires_at is None:
                             result = None  # the handoff failed: try as usual
-                    offer = None
                     if result is None:
                         queue.wake.clear()
-                        result = await attempt()
+                        result = await self._attempt(attempt, offer)
                     if result.expires_at is not None:
                         queue.promised = False
                         if exclusive:
@@ -296,22 +300,27 @@ class Waiting:
                 sleep = UNKNOWN_HOLDER_WAIT if hint is None else hint + EXPIRY_SLACK
                 if any(listener.refused is not None for listener in queue.listeners):
                     sleep = min(sleep, POLL_INTERVAL)  # a release may go unheard
-                if taker is not None:
-                    offer = queue.taker = Taker(*taker)
                 with anyio.move_on_after(min(left, sleep * random.uniform(1.0, 1.1))):
                     await queue.wake.wait()
-                if queue.taker is offer:
-                    queue.taker = None  # not claimed
         finally:
             if offer is not None:
-                self._drop_offer(queue, offer)
+                self._drop_offer(offer)
             self._leave(key, queue, turn, taken)
 
     @staticmethod
-    def _drop_offer(queue: _Queue, offer: Taker) -> None:
-        """The head leaves (cancelled) with its offer out: nothing may stay passed to it."""
-        if queue.taker is offer:
-            queue.taker = None
+    async def _attempt(attempt: Callable[[], Awaitable[_A]], offer: Taker | None) -> _A:
+        """The head's own attempt: its offer may not be claimed meanwhile."""
+        if offer is None:
+            return await attempt()
+        offer.busy = True
+        try:
+            return await attempt()
+        finally:
+            offer.busy = False
+
+    @staticmethod
+    def _drop_offer(offer: Taker) -> None:
+        """A waiter leaves: nothing may stay passed to it (it was cancelled)."""
         future = offer.future
         if not future.done():
             future.cancel()  # a handoff in flight is given back (see pass_on)
@@ -327,6 +336,7 @@ class Waiting:
     ) -> None:
         was_head = bool(queue.entries) and queue.entries[0] is turn
         queue.entries.remove(turn)
+        queue.takers.pop(turn, None)
         if not turn.done():
             turn.cancel()
         if queue.entries:
