@@ -225,6 +225,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also time a try on a full semaphore of each limit (say 10,100,1000)",
     )
     bench.add_argument("--uvloop", action="store_true", help="run on uvloop (pip install uvloop)")
+    bench.add_argument(
+        "--baseline",
+        metavar="PATH",
+        help="compare the contention figures with another aiolock, interleaved: a checkout "
+        "(say a git worktree of main) or a Python that has it installed",
+    )
+    bench.add_argument("--baseline-rounds", type=int, default=3, metavar="N")
     inspect = sub.add_parser("inspect", help="who holds a lock, on which nodes, for how long")
     inspect.add_argument("name")
     _node_arguments(inspect)
@@ -259,6 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             renewal_seconds=args.renewal_seconds,
             semaphore_limits=args.semaphore_limits,
             use_uvloop=args.uvloop,
+            baseline=args.baseline,
+            baseline_rounds=args.baseline_rounds,
         )
     nodes: list[_NodeArg] = [(url, False) for url in args.nodes or ()]
     nodes += [(url, True) for url in args.cluster or ()]

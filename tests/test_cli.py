@@ -6,6 +6,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import redis.asyncio as redis
 
@@ -128,3 +129,32 @@ def test_inspect_needs_nodes_and_never_prints_a_password() -> None:
     assert result.returncode == 0, result.stderr
     assert "redis://user:***@127.0.0.1:1: unreachable" in result.stdout
     assert "s3cret" not in result.stdout + result.stderr
+
+
+def test_bench_compares_with_a_baseline_checkout() -> None:
+    """`--baseline` runs the contention figures of both, alternately, and gives ratios.
+
+    Here the baseline is this very checkout: every figure is measured twice, and the
+    correctness checks hold on both sides.
+    """
+    root = str(Path(__file__).resolve().parent.parent)
+    result = run(
+        "bench", "--json", "--baseline", root, "--baseline-rounds", "1",
+        "--contention-seconds", "0.3",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["baseline"] == root
+    assert report["ping_us"] > 0
+    rows = {row["figure"]: row for row in report["rows"]}
+    assert rows["overlaps (all runs)"]["this"] == rows["overlaps (all runs)"]["baseline"] == 0
+    assert rows["counter exact (all runs)"]["this"] == 1.0
+    assert rows["counter exact (all runs)"]["baseline"] == 1.0
+    sections = rows["16 tasks, 1 process: critical sections/s"]
+    assert sections["this"] > 0
+    assert sections["baseline"] > 0
+    assert sections["ratio"] == sections["this"] / sections["baseline"]
+    assert len(rows) == 8
+    bad = run("bench", "--baseline", "/nonexistent-dir-of-aiolock", "--contention-seconds", "0.1")
+    assert bad.returncode != 0
+    assert "neither a checkout nor a Python interpreter" in bad.stderr

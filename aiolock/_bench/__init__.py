@@ -2,7 +2,8 @@
 
 The benchmarks live in this subpackage, imported only by ``python -m aiolock bench``
 (never by ``import aiolock``): ``latency``, ``contention`` (tasks, processes and
-waiters on one name) and ``renewal``; ``_common`` has what they share.
+waiters on one name), ``renewal``, ``semaphore`` and ``baseline`` (contention against
+another checkout, interleaved); ``_common`` has what they share.
 
 Every figure is also given as a ratio to the raw PING round trip (redis-py asyncio
 client) measured in the same run, so that runs on different machines compare.
@@ -16,17 +17,20 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from ._common import UVLOOP_ENV, Figure, format_table, runner
+from .baseline import BaselineFigures, run_baseline
 from .contention import ContentionFigures, run_contention, run_waiters
 from .latency import run_latency
 from .renewal import RenewalFigures, run_renewal
 from .semaphore import SemaphoreFigures, run_semaphore
 
 __all__ = [
+    "BaselineFigures",
     "ContentionFigures",
     "Figure",
     "RenewalFigures",
     "SemaphoreFigures",
     "main",
+    "run_baseline",
     "run_contention",
     "run_latency",
     "run_renewal",
@@ -46,11 +50,19 @@ def main(
     renewal_seconds: float = 60.0,
     semaphore_limits: Sequence[int] = (),
     use_uvloop: bool = False,
+    baseline: str | None = None,
+    baseline_rounds: int = 3,
 ) -> int:
-    """Run the benchmarks and print them."""
+    """Run the benchmarks and print them (only the comparison, given a ``baseline``)."""
     run = runner(use_uvloop)
     if use_uvloop:
         os.environ[UVLOOP_ENV] = "1"  # for the contention worker processes
+    if baseline is not None:
+        compared = run(
+            run_baseline(baseline, urls, seconds=contention_seconds or 3.0, rounds=baseline_rounds)
+        )
+        print(json.dumps(asdict(compared), indent=2) if as_json else compared.table())
+        return 0
     figures = run(run_latency(urls, count=count, warmup=max(10, count // 10)))
     ping = figures[0].median_us
     contention: list[ContentionFigures] = []
