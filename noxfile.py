@@ -1,9 +1,11 @@
 """Sessions: `nox` runs what CI runs (tests on this Python, lint, typing, compat on the
-redis-py floor, a short benchmark); the redis-py matrix, other Pythons, the demo,
-benchmarks, chaos and mutants (long) on demand."""
+redis-py floor, a short benchmark, the documentation site, the release build); the
+redis-py matrix, other Pythons, the demo, benchmarks, peers, chaos and mutants (long)
+on demand."""
 
 import glob
 import os
+import shutil
 import sys
 
 import nox
@@ -28,7 +30,7 @@ COMPAT_TESTS = [
 
 nox.options.sessions = [
     f"tests-{THIS_PYTHON}", "lint", f"typing({FLOOR})", f"typing({LATEST})",
-    f"compat({FLOOR})", "bench_short",
+    f"compat({FLOOR})", "bench_short", "docs", "release",
 ]  # fmt: skip
 nox.options.reuse_existing_virtualenvs = True
 # A Python that is not installed is skipped with a message (`nox -s tests` on a
@@ -87,6 +89,43 @@ def typing(session: nox.Session, redis_py: str) -> None:
 
 
 @nox.session
+def docs(session: nox.Session) -> None:
+    """The documentation site, strictly: a broken link, snippet or reference fails.
+
+    `nox -s docs -- serve` serves it at http://127.0.0.1:8000 instead.
+    """
+    session.install("-e", ".[docs]")
+    env = {"NO_MKDOCS_2_WARNING": "1"}  # material's notice about its successor
+    if session.posargs[:1] == ["serve"]:
+        session.run("mkdocs", "serve", env=env)
+    else:
+        session.run("mkdocs", "build", "--strict", "--site-dir", "site", env=env)
+
+
+@nox.session
+def release(session: nox.Session) -> None:
+    """What a release uploads: sdist and wheel built, metadata checked by twine."""
+    session.install("build>=1.2", "twine>=5")
+    dist = os.path.join(session.create_tmp(), "dist")
+    shutil.rmtree(dist, ignore_errors=True)  # only this build's files are checked
+    session.run("python", "-m", "build", "--outdir", dist)
+    session.run("twine", "check", "--strict", *glob.glob(os.path.join(dist, "*")))
+
+
+@nox.session
+def peers(session: nox.Session) -> None:
+    """aiolock against redis-py's Lock, pottery and aioredlock (benchmarks/peers.py).
+
+    Its own venv: the peers bring their own clients (aioredlock: aioredis 1.3). Writes
+    docs/assets/peers-table.inc and peers.svg, which the docs' performance page shows.
+    """
+    session.install(
+        "-e", ".[testing]", "pottery==3.0.1", "aioredlock==0.7.3", "matplotlib>=3.8"
+    )  # fmt: skip
+    session.run("python", "benchmarks/peers.py", *session.posargs)
+
+
+@nox.session
 def demo(session: nox.Session) -> None:
     """The demo on embedded nodes."""
     session.install("-e", ".[testing]")
@@ -126,7 +165,7 @@ def mutants(session: nox.Session) -> None:
 
     `nox -s mutants` runs both; `nox -s mutants -- named` only the named mutants (a few
     minutes), `nox -s mutants -- mutmut` only mutmut (hours: it runs the covering tests
-    of every mutant). Results and the last scores: docs/testing.md.
+    of every mutant). Results and the last scores: docs/project/testing.md.
     """
     session.install("-e", ".[test]", "mutmut>=3.3")
     parts = session.posargs or ["named", "mutmut"]

@@ -1,4 +1,4 @@
-"""The exception tree of the public API (see docs/api.md)."""
+"""The exception tree of the public API (see docs/reference/contract.md)."""
 
 from __future__ import annotations
 

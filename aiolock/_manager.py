@@ -73,7 +73,8 @@ class LockManager:
         specs = check_nodes(nodes)
         if len(specs) % 2 == 0:
             # Logged, not warnings.warn(): an even number is a valid configuration
-            # (docs/api.md), and a warning would break programs that treat them as errors.
+            # (docs/reference/contract.md), and a warning would break programs that
+            # treat warnings as errors.
             logger.warning(
                 "%d nodes tolerate no more failures than %d: a quorum of %d is needed "
                 "either way; use an odd number of nodes",
@@ -171,7 +172,7 @@ class LockManager:
         manager gets ``RuntimeError`` at once, rather than waiting for itself.
 
         Raises:
-            TypeError, ValueError: a bad argument (the bounds: the README's "API in brief"),
+            TypeError, ValueError: a bad argument (the bounds: docs/getting-started.md),
                 before any I/O.
 
         """

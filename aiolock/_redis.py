@@ -13,7 +13,7 @@ new redis-py release means reading this file:
   (``nodes_manager.startup_nodes``, ``nodes_manager.address_remap``);
 - **a Sentinel-managed client** (``connection_pool.service_name``).
 
-Supported: redis-py 5.0.1 and later (the README's table); ``nox -s compat`` runs the
+Supported: redis-py 5.0.1 and later (docs/supported-versions.md); ``nox -s compat`` runs the
 suite against each minor line.
 """
 

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import Annotated
 
+# --8<-- [start:app]
 from fastapi import Depends, FastAPI, HTTPException, Request
 
 import aiolock
@@ -49,7 +50,9 @@ def make_app(nodes: list[str], telemetry: Sequence[Hook] = ()) -> FastAPI:
                 worker.cancel()
 
     app = FastAPI(lifespan=lifespan)
+    # --8<-- [end:app]
 
+    # --8<-- [start:charge]
     @app.post("/orders/{order_id}/charge")
     async def charge(order_id: int, locks: Locks, request: Request) -> dict[str, object]:
         try:
@@ -61,6 +64,9 @@ def make_app(nodes: list[str], telemetry: Sequence[Hook] = ()) -> FastAPI:
         except aiolock.LockTimeout:
             raise HTTPException(409, f"order {order_id} is being charged already") from None
 
+    # --8<-- [end:charge]
+
+    # --8<-- [start:refund]
     @app.post("/orders/{order_id}/refund", status_code=202)
     async def refund(order_id: int, locks: Locks, request: Request) -> dict[str, object]:
         lock = locks.lock(f"order:{order_id}", ttl=10)
@@ -88,6 +94,7 @@ async def refund_worker(
             done[order_id] = done.get(order_id, 0) + 1
         finally:
             await lock.release()
+    # --8<-- [end:refund]
 
 
 def _telemetry() -> list[Hook]:

@@ -48,6 +48,7 @@ def create(db: str, jobs: int) -> None:
     conn.close()
 
 
+# --8<-- [start:worker]
 async def work(db: str, urls: list[str]) -> None:
     conn = connect(db)
     me = os.getpid()
@@ -82,6 +83,9 @@ async def work(db: str, urls: list[str]) -> None:
             if not claimed:
                 await asyncio.sleep(0.05)  # all candidates busy (or expiring): look again
     conn.close()
+
+
+# --8<-- [end:worker]
 
 
 def check(db: str, jobs: int) -> tuple[int, int, int]:

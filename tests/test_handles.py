@@ -1,4 +1,5 @@
-"""Every public handle has the shared API (docs/api.md): checked by mypy and at run time.
+"""Every public handle has the shared API (docs/reference/contract.md): checked by mypy
+and at run time.
 
 The `typing` nox session runs `mypy --strict` on this file too: assigning a handle to a
 `Handle` variable fails type-checking if its API drifted.
