@@ -58,6 +58,42 @@ MUTANTS = [
         "if true then",
         ("tests/test_primitives.py",),
     ),
+    # Issue 17's handoff within a process (one script per node).
+    Mutant(
+        "handoff without comparing the old token",
+        "aiolock/_scripts.py",
+        "if holder == ARGV[5] then",
+        "if true then",
+        ("tests/test_waiting.py",),
+    ),
+    Mutant(
+        "a failed handoff's clean-up keeps the waiter's token",
+        "aiolock/_scripts.py",
+        "if holder == ARGV[1] or holder == ARGV[2] then",
+        "if holder == ARGV[2] then",
+        ("tests/test_waiting.py",),
+    ),
+    Mutant(
+        "a lock passed to a waiter that left stays held",
+        "aiolock/_handoff.py",
+        "if not taker.deliver(attempt) and attempt.acquired:",
+        "if not taker.deliver(attempt) and False:",
+        ("tests/test_waiting.py",),
+    ),
+    Mutant(
+        "a lock passed to a waiter cancelled before it woke stays held",
+        "aiolock/_waiting.py",
+        "            offer.on_dropped()  # passed",
+        "            pass  # passed",
+        ("tests/test_lock.py",),
+    ),
+    Mutant(
+        "the head attempts while a handoff to it is in flight",
+        "aiolock/_waiting.py",
+        "if offer is not None and offer.claimed:",
+        "if False:",
+        ("tests/test_waiting.py",),
+    ),
     Mutant(
         "validity after a renewal without drift",
         "aiolock/_renewal.py",
