@@ -22,6 +22,7 @@ as an acquire does. Nothing is published: the lock is not free for other process
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from typing import TYPE_CHECKING
 
@@ -47,24 +48,44 @@ def can_pass_on(quorum: Quorum) -> bool:
 async def pass_on(quorum: Quorum, key: bytes, token: bytes, taker: Taker) -> Votes:
     """Release ``key``, held with ``token``, by passing it to ``taker``.
 
-    Completes even if the caller is cancelled (re-raised after, as a release). Returns
-    the votes, read as the release's: won when a majority now holds the taker's token.
+    Completes even if the caller is cancelled (re-raised after, as a release): the
+    handoff runs in a task of its own, which the caller waits for whatever happens, so
+    that the waiter always gets its outcome. Returns the votes, read as the release's:
+    won when a majority now holds the taker's token.
     """
+    handoff = asyncio.get_running_loop().create_task(_hand_over(quorum, key, token, taker))
+    cancelled: asyncio.CancelledError | None = None
+    # Shielded from anyio's cancel scopes (which would cancel again at every await)
+    # and from native cancellation (caught, re-raised once the handoff is done).
     with anyio.CancelScope(shield=True):
-        attempt = await quorum.acquire(
-            key,
-            taker.token,
-            taker.ttl,
-            script=PASS_ON_SCRIPT,
-            more_args=(token,),
-            # The waiter falls back to an attempt of its own: others need not try.
-            cleanup=(RELEASE_EITHER_SCRIPT, (), (token, NOT_FREE)),
-        )
-        if attempt.acquired:
-            taker.on_dropped = functools.partial(_give_back, quorum, key, taker.token)
-        if not taker.deliver(attempt) and attempt.acquired:
-            # The waiter left meanwhile: nobody takes the lock after all.
-            await quorum.release(key, taker.token)
+        while not handoff.done():
+            try:
+                await asyncio.shield(handoff)
+            except asyncio.CancelledError as exc:
+                if handoff.cancelled():  # pragma: no cover - nothing cancels it
+                    raise
+                cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+    return handoff.result()
+
+
+async def _hand_over(quorum: Quorum, key: bytes, token: bytes, taker: Taker) -> Votes:
+    """The handoff itself: one script per node, then the outcome to the waiter."""
+    attempt = await quorum.acquire(
+        key,
+        taker.token,
+        taker.ttl,
+        script=PASS_ON_SCRIPT,
+        more_args=(token,),
+        # The waiter falls back to an attempt of its own: others need not try.
+        cleanup=(RELEASE_EITHER_SCRIPT, (), (token, NOT_FREE)),
+    )
+    if attempt.acquired:
+        taker.on_dropped = functools.partial(_give_back, quorum, key, taker.token)
+    if not taker.deliver(attempt) and attempt.acquired:
+        # The waiter left meanwhile: nobody takes the lock after all.
+        await quorum.release(key, taker.token)
     return attempt.votes
 
 

@@ -85,7 +85,14 @@ MUTANTS = [
         "aiolock/_waiting.py",
         "            offer.on_dropped()  # passed",
         "            pass  # passed",
-        ("tests/test_lock.py",),
+        ("tests/test_waiting.py",),
+    ),
+    Mutant(
+        "a release cancelled during its handoff cancels the handoff",
+        "aiolock/_handoff.py",
+        "                await asyncio.shield(handoff)",
+        "                await handoff",
+        ("tests/test_waiting.py",),
     ),
     Mutant(
         "the head attempts while a handoff to it is in flight",

@@ -15,6 +15,7 @@ import pytest
 import redis.asyncio as redis
 
 from aiolock import LockLost, LockManager, LockNotOwned, _scripts
+from aiolock._waiting import Outcome, Taker
 from aiolock.testing import Servers
 
 from .conftest import elsewhere, key, settled_keys
@@ -522,3 +523,50 @@ async def test_the_handoff_scripts_touch_only_the_tokens_they_are_given(
     finally:
         await listener.aclose()
         await client.delete(lock_key, fence_key)
+
+
+async def test_a_release_cancelled_during_a_handoff_still_passes_the_lock_on(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    # release() completes even if its caller is cancelled: the handoff too, and the
+    # waiter it was for gets the lock (it waits for the handoff's outcome meanwhile).
+    for _ in range(3):
+        holder = locks.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire()
+        waiter = locks.lock(name, ttl=30, auto_renew=False)
+        queued = asyncio.create_task(elsewhere(waiter.acquire(timeout=10)))
+        await asyncio.sleep(0.1)
+        release = asyncio.create_task(holder.release())
+        await asyncio.sleep(0)  # the handoff is sent
+        release.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await release
+        assert await asyncio.wait_for(queued, 5)
+        assert waiter.owned
+        assert not holder.owned
+        await waiter.release()
+        assert await settled_keys(clients, name, [False] * 5) == [False] * 5
+
+
+async def test_a_waiter_cancelled_after_the_lock_was_passed_to_it_gives_it_back(
+    locks: LockManager, clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holder = locks.lock(name, ttl=30, auto_renew=False)
+    assert await holder.acquire()
+    waiter = asyncio.create_task(locks.lock(name, ttl=30).acquire(timeout=10))
+    await asyncio.sleep(0.1)
+    deliver = Taker.deliver
+
+    def deliver_then_cancel(taker: Taker, outcome: Outcome) -> bool:
+        delivered = deliver(taker, outcome)
+        waiter.cancel()  # before its wake-up runs: cancelled with a lock it never took
+        return delivered
+
+    monkeypatch.setattr(Taker, "deliver", deliver_then_cancel)
+    await holder.release()
+    with pytest.raises(asyncio.CancelledError):
+        await waiter
+    assert await settled_keys(clients, name, [False] * 5) == [False] * 5
+    other = locks.lock(name, ttl=5)
+    assert await other.acquire(timeout=0)
+    await other.release()
