@@ -48,12 +48,77 @@ async def test_semaphore_waiter_is_woken_by_a_release(locks: LockManager, name: 
 async def test_semaphore_timeout_and_async_with(locks: LockManager, name: str) -> None:
     async with locks.semaphore(name, 1, ttl=5) as sem:
         assert sem.owned
+        assert 4.5 < sem.remaining() <= 5.0
         assert sem.fencing_token is not None
         with pytest.raises(LockTimeout):
             async with locks.semaphore(name, 1, ttl=5, timeout=0.2):
                 pytest.fail("over the limit")
     assert not sem.owned
-    with pytest.raises(LockNotOwned):
+    assert sem.remaining() == 0.0
+    with pytest.raises(LockNotOwned, match=r"semaphore .* is not held"):
+        await sem.release()
+    with pytest.raises(LockNotOwned, match="not held with auto_renew"):
+        await locks.semaphore(name, 1).wait_lost()
+
+
+async def test_a_semaphore_release_wakes_a_waiter_of_another_process_at_once(
+    locks: LockManager, urls: list[str], name: str
+) -> None:
+    # Not through the local queue: through the semaphore's one channel.
+    async with LockManager(urls) as elsewhere_locks:
+        holder = locks.semaphore(name, 2, ttl=30)
+        other = locks.semaphore(name, 2, ttl=30)
+        assert await holder.acquire(timeout=0)
+        assert await other.acquire(timeout=0)
+        waiter = elsewhere_locks.semaphore(name, 2, ttl=30)
+        queued = asyncio.create_task(waiter.acquire(timeout=10))
+        await asyncio.sleep(0.3)  # it tried, and sleeps (1 s at most without a message)
+        started = time.monotonic()
+        await holder.release()
+        assert await queued
+        assert time.monotonic() - started < 0.5
+        await waiter.release()
+        await other.release()
+
+
+async def test_semaphore_waiters_of_one_process_do_not_wait_for_each_other(
+    locks: LockManager, name: str
+) -> None:
+    # Unlike a lock's, the next waiter tries at once after one acquired: there may be
+    # a slot for it too (the holders below keep theirs for 30 s).
+    holders = [locks.semaphore(name, 2, ttl=30) for _ in range(2)]
+    for sem in holders:
+        assert await sem.acquire(timeout=0)
+    waiters = [locks.semaphore(name, 2, ttl=30) for _ in range(2)]
+    queued = [asyncio.create_task(elsewhere(sem.acquire(timeout=10))) for sem in waiters]
+    await asyncio.sleep(0.3)
+    started = time.monotonic()
+    for sem in holders:
+        await sem.release()
+    assert await asyncio.gather(*queued) == [True, True]
+    assert time.monotonic() - started < 0.7
+    for sem in waiters:
+        await sem.release()
+
+
+async def test_a_semaphore_waiter_sleeps_until_a_release_or_the_first_expiry(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    # A full semaphore whose holders keep their slots: the waiter is not told of any
+    # release, so it tries again only when the first noted holder's key would expire,
+    # capped at 1 s (not polling every few ms).
+    holders = [locks.semaphore(name, 3, ttl=30) for _ in range(3)]
+    for sem in holders:
+        assert await sem.acquire(timeout=0)
+    for client in clients:
+        await client.config_resetstat()
+    waiter = locks.semaphore(name, 3, ttl=30)
+    assert await elsewhere(waiter.acquire(timeout=2.5)) is False
+    # About 5 tries (twice at once: before queueing and as the queue's head; then about
+    # every second, and at the deadline), a script per node each and a clean-up on
+    # nodes that had not answered yet; polling every 50 ms would be 50 tries.
+    assert all(calls <= 15 for calls in await scripts_run(clients)), await scripts_run(clients)
+    for sem in holders:
         await sem.release()
 
 
