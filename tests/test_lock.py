@@ -544,6 +544,22 @@ def test_two_extensions_in_flight_leave_the_earlier_expiry_whatever_the_order() 
             settle(hold, extension, start, ttl, won=True)
         # The nodes may have applied either PEXPIRE last: believe the earlier expiry.
         assert hold.expires_at <= start + 1.0, first
+    # The later of two extensions, settling first, does not lengthen the validity while
+    # the other is still in flight (the nodes may apply that one last); then the other
+    # settles, and the validity is the earlier of the two.
+    hold = _held(locks, 2.0)
+    before = hold.expires_at
+    start = locks._engine.clock()
+    shorter, longer = hold.begin_extension(), hold.begin_extension()
+    settle(hold, longer, start, 9.0, won=True)
+    assert hold.expires_at == before
+    settle(hold, shorter, start, 1.0, won=True)
+    assert hold.expires_at <= start + 1.0
+    # An extension settles once: a second report of it (a late callback) changes nothing.
+    settled_at = hold.expires_at
+    settle(hold, shorter, start, 9.0, won=True)
+    assert hold.expires_at == settled_at
+    assert hold.extensions == []
     # Alone, a confirmed extension sets the validity, shorter or longer.
     hold = _held(locks, 9.0)
     start = locks._engine.clock()
