@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ._scripts import FENCE, Script
+from ._scripts import FENCE, HOLDER, Script
 
 __all__ = [
     "RW_READ",
@@ -169,11 +169,9 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     + b"""\
 return {1, fence}
 end
-local holder = redis.pcall('get', KEYS[1])
-if type(holder) ~= 'string' then
-    local kind = redis.call('type', KEYS[1])['ok']
-    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a ' .. kind .. ', not a lock')
-end
+"""
+    + HOLDER
+    + b"""\
 local left = redis.call('pttl', KEYS[1])
 if left < 0 then left = tonumber(ARGV[2]) end
 redis.call('zadd', KEYS[3], string.format('%.0f', now + left), ARGV[5])

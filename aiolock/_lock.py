@@ -341,9 +341,10 @@ class Lock(BaseHandle):
 
     async def _give_back(self, token: bytes, *, valid: bool) -> Votes:
         """Release, or pass a ``valid`` lock to the head of this process's queue."""
-        quorum = self._engine.quorum
-        passes_on = valid and self._passes_on and can_pass_on(quorum)
-        local = self._engine.waiting.released(self._queue_key, pass_on=passes_on)
+        quorum, waiting, queue = self._engine.quorum, self._engine.waiting, self._queue_key
+        # (Uncontended, the usual case: no local queue, nothing more is looked at.)
+        passes_on = valid and self._passes_on and waiting.waiters(queue) > 0
+        local = waiting.released(queue, pass_on=passes_on and can_pass_on(quorum))
         if isinstance(local, bool):
             return await self._release_votes(token, local=local)
         return await pass_on(quorum, self._key, token, local)

@@ -21,6 +21,7 @@ __all__ = [
     "FORCE_RELEASE",
     "HANDOVER",
     "HANDOVER_SCRIPT",
+    "HOLDER",
     "INSPECT",
     "INSPECT_SCRIPT",
     "NOT_FREE",
@@ -54,6 +55,16 @@ if last and last >= fence then
 end
 """
 
+# The lines that read a held lock's token into ``holder``, or reply WRONGTYPE when the
+# key exists but is not a lock (a name collision); shared by the acquire scripts.
+HOLDER = b"""\
+local holder = redis.pcall('get', KEYS[1])
+if type(holder) ~= 'string' then
+    local kind = redis.call('type', KEYS[1])['ok']
+    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a ' .. kind .. ', not a lock')
+end
+"""
+
 # KEYS[1] lock key
 # KEYS[2] fencing counter of the same name
 # ARGV[1] token
@@ -75,11 +86,9 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     + b"""\
 return {1, fence}
 end
-local holder = redis.pcall('get', KEYS[1])
-if type(holder) ~= 'string' then
-    local kind = redis.call('type', KEYS[1])['ok']
-    return redis.error_reply('WRONGTYPE ' .. KEYS[1] .. ' is a ' .. kind .. ', not a lock')
-end
+"""
+    + HOLDER
+    + b"""\
 return {0, redis.call('pttl', KEYS[1]), string.sub(holder, 1, 8)}
 """
 )

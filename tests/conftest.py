@@ -13,6 +13,7 @@ import pytest
 import redis.asyncio as redis
 
 import aiolock
+from aiolock._bench._common import evalsha_calls
 from aiolock.testing import Server, Servers, redis_servers
 
 T = TypeVar("T")
@@ -124,6 +125,12 @@ async def settled_keys(clients: list[redis.Redis], name: str, expected: list[boo
         if found == expected or time.monotonic() > deadline:
             return found
         await asyncio.sleep(0.01)
+
+
+async def scripts_run(clients: list[redis.Redis]) -> list[int]:
+    """How many scripts each node has run since its last ``CONFIG RESETSTAT``: every
+    command aiolock sends is one (the commands scripts run inside are left out)."""
+    return [await evalsha_calls(client) for client in clients]
 
 
 async def elsewhere(coro: Coroutine[Any, Any, T]) -> T:

@@ -16,7 +16,7 @@ import redis.asyncio as redis
 from aiolock import Lock, LockLost, LockManager, LockNotOwned, LockTimeout, QuorumError
 from aiolock.testing import Server, Servers
 
-from .conftest import elsewhere, key
+from .conftest import elsewhere, key, scripts_run
 
 # -- semaphore -------------------------------------------------------------------------
 
@@ -208,16 +208,6 @@ async def test_semaphore_never_exceeds_limit_across_processes(urls: list[str]) -
     most = max(itertools.accumulate(delta for _, delta in events))
     assert most <= 3
     assert most >= 2  # they did overlap: a semaphore, not a lock
-
-
-async def scripts_run(clients: list[redis.Redis]) -> list[int]:
-    """How many scripts each node has run since its last ``CONFIG RESETSTAT``."""
-    counts = []
-    for client in clients:
-        stats = await client.info("commandstats")
-        calls = (stats.get(f"cmdstat_{c}", {}).get("calls", 0) for c in ("eval", "evalsha"))
-        counts.append(sum(calls))
-    return counts
 
 
 async def test_a_try_on_a_full_semaphore_costs_the_same_at_any_limit(

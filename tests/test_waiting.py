@@ -14,22 +14,16 @@ from pathlib import Path
 import pytest
 import redis.asyncio as redis
 
-from aiolock import LockLost, LockManager, LockNotOwned, _scripts
+from aiolock import Lock, LockLost, LockManager, LockNotOwned, _scripts
 from aiolock._waiting import Outcome, Taker
 from aiolock.testing import Servers
 
-from .conftest import elsewhere, key, settled_keys
+from .conftest import elsewhere, key, scripts_run, settled_keys
 
 
 async def _calls(clients: list[redis.Redis]) -> int:
-    """Scripts run on all nodes: every command aiolock sends is one (commands that
-    scripts run inside are counted by the server too, and left out here)."""
-    total = 0
-    for client in clients:
-        stats = await client.info("commandstats")
-        for name in ("cmdstat_evalsha", "cmdstat_eval"):
-            total += int(stats.get(name, {}).get("calls", 0))
-    return total
+    """Scripts run on all nodes (see ``scripts_run``)."""
+    return sum(await scripts_run(clients))
 
 
 async def test_waiters_acquire_in_fifo_order(locks: LockManager, name: str) -> None:
@@ -408,33 +402,32 @@ async def test_a_lost_lock_dropped_with_a_local_waiter_says_so_in_its_message(
 # -- handoff within a process (issue 17) ---------------------------------------------------
 
 
-async def _each_node_calls(clients: list[redis.Redis]) -> list[int]:
-    counts = []
-    for client in clients:
-        stats = await client.info("commandstats")
-        counts.append(
-            sum(int(stats.get(n, {}).get("calls", 0)) for n in ("cmdstat_evalsha", "cmdstat_eval"))
-        )
-    return counts
+async def _held_and_awaited(
+    locks: LockManager, name: str, *, ttl: float = 30.0, waiter_ttl: float = 30.0
+) -> tuple[Lock, Lock, asyncio.Task[bool]]:
+    """A holder of ``name`` and a waiter of the same manager queued behind it, asleep
+    after its first attempt failed: the release may pass the lock to it."""
+    holder = locks.lock(name, ttl=ttl, auto_renew=False)
+    assert await holder.acquire()
+    waiter = locks.lock(name, ttl=waiter_ttl, auto_renew=False)
+    queued = asyncio.create_task(elsewhere(waiter.acquire(timeout=10)))
+    await asyncio.sleep(0.1)
+    return holder, waiter, queued
 
 
 async def test_a_local_handoff_is_one_script_per_node(
     locks: LockManager, clients: list[redis.Redis], name: str
 ) -> None:
-    holder = locks.lock(name, ttl=5, auto_renew=False)
-    assert await holder.acquire()
+    holder, waiter, queued = await _held_and_awaited(locks, name, ttl=5, waiter_ttl=20)
     first_token = holder.fencing_token
     assert first_token is not None
-    waiter = locks.lock(name, ttl=20, auto_renew=False)
-    queued = asyncio.create_task(elsewhere(waiter.acquire(timeout=10)))
-    await asyncio.sleep(0.1)  # queued, its first attempt failed
     for client in clients:
         await client.config_resetstat()
     sent = time.monotonic()
     await holder.release()
     assert await queued
     # One script per node passed the lock: no release and acquire, no failed attempt.
-    assert await _each_node_calls(clients) == [1] * len(clients)
+    assert await scripts_run(clients) == [1] * len(clients)
     # It is the waiter's, with its own ttl, counted from when the handoff was sent, and
     # the next fencing token.
     assert (waiter.fencing_token or 0) > first_token
@@ -450,11 +443,7 @@ async def test_a_local_handoff_is_one_script_per_node(
 async def test_a_handoff_without_a_quorum_is_cleaned_up_and_the_waiter_tries_itself(
     locks: LockManager, clients: list[redis.Redis], name: str
 ) -> None:
-    holder = locks.lock(name, ttl=30, auto_renew=False)
-    assert await holder.acquire()
-    waiter = locks.lock(name, ttl=30, auto_renew=False)
-    queued = asyncio.create_task(elsewhere(waiter.acquire(timeout=10)))
-    await asyncio.sleep(0.1)
+    holder, waiter, queued = await _held_and_awaited(locks, name)
     for client in clients[:3]:  # taken over on a majority (say, by an operator)
         await client.set(key(name), b"intruder", px=1500)
     with pytest.raises(LockNotOwned):
@@ -471,10 +460,7 @@ async def test_a_waiter_cancelled_during_a_handoff_leaves_nothing_held(
     locks: LockManager, clients: list[redis.Redis], name: str
 ) -> None:
     for _ in range(5):
-        holder = locks.lock(name, ttl=30, auto_renew=False)
-        assert await holder.acquire()
-        waiter = asyncio.create_task(elsewhere(locks.lock(name, ttl=30).acquire(timeout=10)))
-        await asyncio.sleep(0.1)
+        holder, _, waiter = await _held_and_awaited(locks, name)
         release = asyncio.create_task(holder.release())
         await asyncio.sleep(0)  # the release is on its way
         waiter.cancel()
@@ -531,11 +517,7 @@ async def test_a_release_cancelled_during_a_handoff_still_passes_the_lock_on(
     # release() completes even if its caller is cancelled: the handoff too, and the
     # waiter it was for gets the lock (it waits for the handoff's outcome meanwhile).
     for _ in range(3):
-        holder = locks.lock(name, ttl=30, auto_renew=False)
-        assert await holder.acquire()
-        waiter = locks.lock(name, ttl=30, auto_renew=False)
-        queued = asyncio.create_task(elsewhere(waiter.acquire(timeout=10)))
-        await asyncio.sleep(0.1)
+        holder, waiter, queued = await _held_and_awaited(locks, name)
         release = asyncio.create_task(holder.release())
         await asyncio.sleep(0)  # the handoff is sent
         release.cancel()
