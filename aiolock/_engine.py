@@ -5,7 +5,8 @@ handle it makes receives the engine and calls it, never the manager. What a hand
 may use is the attributes and methods below, nothing private:
 
 * ``quorum`` (acquire / release / extend on the nodes), ``renewal_quorum`` (the
-  renewal's own connections), ``waiting`` (local queues and pub/sub), ``renewer``;
+  renewal's own connections), ``waiting`` (local queues and pub/sub), ``renewer``,
+  ``turns`` (the turn queues across processes, ``None`` on Redis Cluster);
 * ``clock`` (monotonic seconds), ``key(name)`` (the key layout, from _keys.py),
   ``emit(...)`` (the ``on_event`` hook and the log), ``quorum_error(...)``;
 * ``check_open()``, ``connected`` / ``connect()`` (the first contact, once),
@@ -29,12 +30,21 @@ from ._connection import NodeSpec, ignore
 from ._errors import NodeQuarantined, QuorumError
 from ._events import EventKind, LockEvent, logger
 from ._info import LockInfo, summarize
-from ._keys import fence_key, lock_key
+from ._keys import fence_key, lock_key, turn_keys
 from ._node import Node
 from ._quorum import Quorum
 from ._renewal import Renewer
-from ._scripts import EXTEND_MANY_SCRIPT, INSPECT_SCRIPT, REPAIR_SCRIPT, SCRIPTS, Script
+from ._scripts import (
+    EXTEND_MANY_SCRIPT,
+    INSPECT_SCRIPT,
+    NOT_FREE,
+    RELEASE_TURN_SCRIPT,
+    REPAIR_SCRIPT,
+    SCRIPTS,
+    Script,
+)
 from ._tasks import TaskHolds
+from ._turns import Turns
 from ._votes import Votes
 from ._waiting import Waiting
 
@@ -101,11 +111,20 @@ class Engine:
         self.renewer = Renewer(self.renewal_quorum, emit=self.emit)
         #: The names each task holds through this manager (see _tasks.py).
         self.tasks = TaskHolds()
+        #: Waiting processes take turns (see _turns.py); not on Redis Cluster, where a
+        #: release touching the turn queue's keys besides the lock's would get TRYAGAIN
+        #: while its slot migrates (the lock key there, the queue's not).
+        self.turns = (
+            None
+            if any(isinstance(node, ClusterNode) for node in self.nodes)
+            else Turns(self._broadcast)
+        )
         self.waiting = Waiting(
             self.nodes,
             clock=self.clock,
             confirm_timeout=max(2 * node_timeout, 0.1),
             announce=self._announce,
+            turns=self.turns,
         )
         self.closed = False
         #: Whether the first contact with the nodes was made (see :meth:`connect`).
@@ -260,6 +279,27 @@ class Engine:
             )
             logger.error("aiolock: %s", error)
             node.refuse(error)
+
+    async def release(self, key: bytes, token: bytes, *, local: bool = False) -> Votes:
+        """Release the plain lock ``key`` held with ``token`` on every node.
+
+        ``local``: a waiter of this process takes the lock next, and the message says so
+        (see _waiting.py); else it names the process whose turn it is (see _turns.py).
+        """
+        quorum = self.quorum
+        if local:
+            return await quorum.release(key, token, more_args=(NOT_FREE,))
+        if self.turns is None:
+            return await quorum.release(key, token)
+        return await quorum.release(
+            key, token, script=RELEASE_TURN_SCRIPT, more_keys=turn_keys(key),
+            more_args=self.waiting.place(key),
+        )  # fmt: skip
+
+    def _broadcast(self, script: Script, args: tuple[bytes, ...]) -> None:
+        """Send a script to every node without waiting for the replies (see _turns.py)."""
+        for node in self.nodes:
+            node.call_script(script, args, ignore)
 
     def _announce(self, channel: bytes) -> None:
         """Publish a release message on every node (see Waiting.released)."""

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -33,10 +34,39 @@ from ._scripts import NOT_FREE, PASS_ON_SCRIPT, RELEASE_EITHER_SCRIPT, RELEASE_S
 
 if TYPE_CHECKING:
     from ._quorum import Quorum
-    from ._votes import Votes
-    from ._waiting import Taker
+    from ._votes import Attempt, Votes
 
-__all__ = ["can_pass_on", "pass_on"]
+__all__ = ["Taker", "can_pass_on", "pass_on"]
+
+
+class Taker:
+    """A waiter's offer to take the lock straight from its holder, when it is the head.
+
+    A release of this process that finds the head's offer, while the head is not in an
+    attempt of its own, claims it, passes the lock on in one script per node (see
+    ``_handoff.py``) and delivers the outcome. The head meanwhile waits for it and sends
+    nothing of its own: an attempt of its own would race the handoff with its token.
+    """
+
+    __slots__ = ("busy", "claimed", "future", "on_dropped", "token", "ttl")
+
+    def __init__(self, token: bytes, ttl: float) -> None:
+        self.token = token
+        self.ttl = ttl
+        self.claimed = False
+        #: The head is in an attempt of its own: not to be claimed now.
+        self.busy = False
+        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        #: Gives back a lock passed to the head that it did not take (it was cancelled
+        #: between the delivery and its wake-up); set by the release.
+        self.on_dropped: Callable[[], None] | None = None
+
+    def deliver(self, outcome: Attempt) -> bool:
+        """Give the head the handoff's outcome; False when it left meanwhile."""
+        if self.future.done():
+            return False
+        self.future.set_result(outcome)
+        return True
 
 
 def can_pass_on(quorum: Quorum) -> bool:

@@ -7,6 +7,8 @@ one slot of a Redis Cluster (and a script may touch them all):
 - ``<key>:fence``: the name's fencing counter (see ``_fencing.py``);
 - ``<key>:released``: the channel that announces a release (the scripts build it from
   ``KEYS[1]`` the same way: ``tests/test_redis_seam.py`` checks they agree);
+- ``<key>:turns``, ``<key>:turns:live``: the processes waiting for the name, in turn
+  order, and when each entry expires (sorted sets; see ``_turns.py``);
 - ``<key>:slot:<i>``: a semaphore's slots, each a lock of its own; ``<key>:slots``,
   what each node noted of them (a sorted set: slot -> expiry), and its channel
   ``<key>:slots:released`` (see ``_semaphore.py``);
@@ -29,6 +31,7 @@ __all__ = [
     "release_channel",
     "semaphore_index",
     "slot_key",
+    "turn_keys",
 ]
 
 FENCE_SUFFIX: Final = b":fence"
@@ -48,6 +51,11 @@ def fence_key(key: bytes) -> bytes:
 def release_channel(key: bytes) -> bytes:
     """The channel on which a release of ``key`` is announced."""
     return key + RELEASED_SUFFIX
+
+
+def turn_keys(key: bytes) -> tuple[bytes, bytes]:
+    """The turn queue of the lock ``key`` and its entries' expiries (see ``_turns.py``)."""
+    return key + b":turns", key + b":turns:live"
 
 
 def slot_key(key: bytes, slot: int) -> bytes:

@@ -12,7 +12,6 @@ from ._checks import shown
 from ._errors import LockLost, LockNotOwned, QuorumError
 from ._handoff import can_pass_on, pass_on
 from ._hold import Hold
-from ._scripts import NOT_FREE
 from ._ticket import Ticket, encode_ticket
 from ._votes import Attempt, Votes
 
@@ -152,6 +151,7 @@ class Lock(BaseHandle):
             channels=self._channels,
             exclusive=self._exclusive,
             taker=(token, self._ttl) if self._passes_on else None,
+            turns=self._passes_on,
         )
         if attempt is None:
             return False
@@ -326,7 +326,8 @@ class Lock(BaseHandle):
     # How a lock is taken and given back; the read-write lock's handles override these.
     _channels: tuple[bytes, ...] | None = None
     _exclusive = True
-    #: Whether a release may pass the lock to a local waiter in one script (_handoff).
+    #: Whether a release may pass the lock to a local waiter in one script (_handoff),
+    #: and waiting processes take turns (_turns): a plain lock's keys and scripts.
     _passes_on = True
     #: Whether the renewal may re-create the key where a node lost it (a plain key and
     #: counter; a reader of a read-write lock is also a member of a set: not repaired).
@@ -350,9 +351,7 @@ class Lock(BaseHandle):
         return await pass_on(quorum, self._key, token, local)
 
     async def _release_votes(self, token: bytes, *, local: bool = False) -> Votes:
-        # ``local``: a waiter of this process takes the lock next (see _waiting.py).
-        message = (NOT_FREE,) if local else ()
-        return await self._engine.quorum.release(self._key, token, more_args=message)
+        return await self._engine.release(self._key, token, local=local)
 
     # -- internals ----------------------------------------------------------------------
 

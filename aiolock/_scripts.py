@@ -33,9 +33,15 @@ __all__ = [
     "RELEASE_EITHER",
     "RELEASE_EITHER_SCRIPT",
     "RELEASE_SCRIPT",
+    "RELEASE_TURN",
+    "RELEASE_TURN_SCRIPT",
     "REPAIR",
     "REPAIR_SCRIPT",
     "SCRIPTS",
+    "TURN_JOIN",
+    "TURN_JOIN_SCRIPT",
+    "TURN_LEAVE",
+    "TURN_LEAVE_SCRIPT",
     "Script",
 ]
 
@@ -122,6 +128,66 @@ if redis.call('get', KEYS[1]) == ARGV[1] then
     return 1
 end
 return 0
+"""
+
+# The release of a plain lock: RELEASE, whose message names the process whose turn it
+# is (see _turns.py): the first in line after the releasing process (by place, going
+# round), so that nodes with the same entries name the same process whatever they saw
+# before. Entries whose process stopped refreshing them are dropped first (a few per
+# call).
+# KEYS[1] lock key, KEYS[2] the turn queue (member -> place), KEYS[3] when each entry
+#         expires (member -> server time in ms)
+# ARGV[1] token, ARGV[2] (optional) the releasing process's place in the queue
+# returns 1 when the key held the token and was deleted, else 0. The message is the
+# member named, or empty (nobody in line: every waiting process may try).
+RELEASE_TURN = b"""\
+if redis.call('get', KEYS[1]) ~= ARGV[1] then
+    return 0
+end
+redis.call('del', KEYS[1])
+local turn = ''
+if redis.call('zcard', KEYS[2]) > 0 then
+    local now = redis.call('time')
+    now = now[1] * 1000 + math.floor(now[2] / 1000)
+    local gone = redis.call('zrangebyscore', KEYS[3], '-inf', now, 'LIMIT', 0, 8)
+    for _, member in ipairs(gone) do
+        redis.call('zrem', KEYS[2], member)
+        redis.call('zrem', KEYS[3], member)
+    end
+    local after = nil
+    if ARGV[2] then
+        after = redis.call('zrangebyscore', KEYS[2], '(' .. ARGV[2], '+inf', 'LIMIT', 0, 1)[1]
+    end
+    turn = after or redis.call('zrange', KEYS[2], 0, 0)[1] or ''
+end
+redis.call('publish', KEYS[1] .. ':released', turn)
+return 1
+"""
+
+# A process waiting for a lock joins its turn queue, or refreshes its entry there.
+# KEYS[1] the turn queue, KEYS[2] the entries' expiries (see RELEASE_TURN)
+# ARGV[1] the process's member, ARGV[2] its place (the same on every node: its clock
+#         in microseconds when it joined), ARGV[3] how long the entry lives unless
+#         refreshed, in ms
+# returns 1. A member already in line keeps its place; both keys expire with the last
+# entry, so that a name nobody waits for leaves nothing behind.
+TURN_JOIN = b"""\
+local now = redis.call('time')
+redis.call('zadd', KEYS[1], 'NX', ARGV[2], ARGV[1])
+redis.call('zadd', KEYS[2], now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ARGV[3]), ARGV[1])
+redis.call('pexpire', KEYS[1], ARGV[3])
+redis.call('pexpire', KEYS[2], ARGV[3])
+return 1
+"""
+
+# A process that waits no more leaves the turn queue; or a process that was named and
+# did not use its turn is taken out by one that went in its place (it joins again, at
+# the same place, when it refreshes its entry).
+# KEYS[1] the turn queue, KEYS[2] the entries' expiries; ARGV[1] the process's member
+# returns the number of entries removed (0 or 1).
+TURN_LEAVE = b"""\
+redis.call('zrem', KEYS[2], ARGV[1])
+return redis.call('zrem', KEYS[1], ARGV[1])
 """
 
 # KEYS[1] lock key
@@ -289,13 +355,19 @@ INSPECT_SCRIPT: Final = Script(INSPECT)
 HANDOVER_SCRIPT: Final = Script(HANDOVER)
 PASS_ON_SCRIPT: Final = Script(PASS_ON)
 RELEASE_EITHER_SCRIPT: Final = Script(RELEASE_EITHER)
+RELEASE_TURN_SCRIPT: Final = Script(RELEASE_TURN)
+TURN_JOIN_SCRIPT: Final = Script(TURN_JOIN)
+TURN_LEAVE_SCRIPT: Final = Script(TURN_LEAVE)
 #: Loaded on each node's first connection: the hot path's.
 SCRIPTS: Final = (
     ACQUIRE_SCRIPT,
     RELEASE_SCRIPT,
+    RELEASE_TURN_SCRIPT,
     EXTEND_SCRIPT,
     RAISE_FENCE_SCRIPT,
     PASS_ON_SCRIPT,
+    TURN_JOIN_SCRIPT,
+    TURN_LEAVE_SCRIPT,
 )
 # The others are loaded on first use (NOSCRIPT fallback): most applications never
 # need the read-write lock's, and the renewal connections load their own two.

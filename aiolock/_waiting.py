@@ -20,6 +20,9 @@ tens of milliseconds. Instead:
 * **A local release wakes the local head at once**, before its own replies are in:
   on the ordered connection of each node the release is written before the head's
   acquire, so it reaches the node first, and the handoff costs no extra round trip.
+* **Processes take turns** for a plain lock: each waiting process has an entry in
+  the name's turn queue on the nodes, and a release names the process whose turn it
+  is; the others do not try (see ``_turns.py``).
 * **A lost message costs at most one ttl, never a hang**: the head also wakes when
   the holder's key would expire (its PTTL, learnt from the failed attempt), and when
   a pub/sub connection is lost, and never sleeps past the caller's deadline.
@@ -42,11 +45,13 @@ from typing import Any, Final, Protocol, TypeVar
 import anyio
 
 from ._cluster import ClusterNode
+from ._handoff import Taker
 from ._keys import release_channel
 from ._pubsub import ClusterSubscriber, Subscriber
 from ._scripts import NOT_FREE
+from ._turns import Entry, Turns
 
-__all__ = ["Outcome", "Taker", "Waiting"]
+__all__ = ["Outcome", "Waiting"]
 
 
 class Listener(Protocol):
@@ -92,42 +97,13 @@ POLL_INTERVAL: Final = 0.1
 LOCAL_STREAK: Final = 4
 
 
-class Taker:
-    """A waiter's offer to take the lock straight from its holder, when it is the head.
-
-    A release of this process that finds the head's offer, while the head is not in an
-    attempt of its own, claims it, passes the lock on in one script per node (see
-    ``_handoff.py``) and delivers the outcome. The head meanwhile waits for it and sends
-    nothing of its own: an attempt of its own would race the handoff with its token.
-    """
-
-    __slots__ = ("busy", "claimed", "future", "on_dropped", "token", "ttl")
-
-    def __init__(self, token: bytes, ttl: float) -> None:
-        self.token = token
-        self.ttl = ttl
-        self.claimed = False
-        #: The head is in an attempt of its own: not to be claimed now.
-        self.busy = False
-        self.future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        #: Gives back a lock passed to the head that it did not take (it was cancelled
-        #: between the delivery and its wake-up); set by the release.
-        self.on_dropped: Callable[[], None] | None = None
-
-    def deliver(self, outcome: Outcome) -> bool:
-        """Give the head the handoff's outcome; False when it left meanwhile."""
-        if self.future.done():
-            return False
-        self.future.set_result(outcome)
-        return True
-
-
 class _Queue:
     """The tasks of this process waiting for one name."""
 
     __slots__ = (
         "channels",
         "entries",
+        "entry",
         "listeners",
         "local_streak",
         "promised",
@@ -153,6 +129,8 @@ class _Queue:
         self.promised = False
         # The offers of the waiters that may be passed the lock, by turn (see Taker).
         self.takers: dict[asyncio.Future[float | None], Taker] = {}
+        # Our place in the name's turn queue on the nodes (a plain lock's; see _turns).
+        self.entry: Entry | None = None
 
 
 class Waiting:
@@ -165,8 +143,10 @@ class Waiting:
         clock: Callable[[], float],
         confirm_timeout: float,
         announce: Callable[[bytes], None],
+        turns: Turns | None = None,
     ) -> None:
         self._clock = clock
+        self._turns = turns
         # Publishes an (empty) release message on a channel, on every node.
         self._announce = announce
         self._confirm_timeout = confirm_timeout
@@ -216,9 +196,16 @@ class Waiting:
         queue.local_streak = 0
         return False
 
+    def place(self, key: bytes) -> tuple[bytes, ...]:
+        """Our place in ``key``'s turn queue, as a release's argument (none: not in it)."""
+        queue = self._queues.get(key)
+        return () if queue is None or queue.entry is None else (queue.entry.place,)
+
     def _on_message(self, channel: bytes, message: bytes) -> None:
         queue = self._by_channel.get(channel)
-        if queue is not None and message != NOT_FREE:
+        if queue is None or message == NOT_FREE:
+            return
+        if queue.entry is None or queue.entry.heard(message):
             queue.wake.set()
 
     def _on_reset(self) -> None:
@@ -235,6 +222,7 @@ class Waiting:
         channels: tuple[bytes, ...] | None = None,
         exclusive: bool = True,
         taker: tuple[bytes, float] | None = None,
+        turns: bool = False,
     ) -> _A | None:
         """Queue for ``key`` and call ``attempt`` when it may succeed, until ``deadline``.
 
@@ -243,7 +231,8 @@ class Waiting:
         cancellation, and passes the turn on. ``channels`` announce releases (default:
         ``key``'s own); ``exclusive=False`` (a semaphore) lets the next waiter try at
         once after one acquired. ``taker``: the waiter's token and ttl, when a release
-        of this process may pass it the lock (see :class:`Taker`).
+        of this process may pass it the lock (see :class:`Taker`). ``turns``: this
+        process joins the name's turn queue on the nodes (see ``_turns.py``).
         """
         queue = self._queues.get(key)
         if queue is None:
@@ -273,6 +262,8 @@ class Waiting:
             wait_first = hint is not None
             if not queue.subscribed:
                 await self._subscribe(queue)
+                if turns and self._turns is not None:
+                    queue.entry = self._turns.join(key, queue.wake.set)
             while True:
                 if wait_first:
                     wait_first = False
@@ -288,6 +279,8 @@ class Waiting:
                         result = await self._attempt(attempt, offer)
                     if result.expires_at is not None:
                         queue.promised = False
+                        if queue.entry is not None:
+                            queue.entry.taken()
                         if exclusive:
                             taken = max(0.0, result.expires_at - self._clock())
                         return result
@@ -347,9 +340,11 @@ class Waiting:
                 queue.entries[0].set_result(taken)
             return
         del self._queues[key]
+        # Named by a release, and no waiter of ours took the lock: it is free for all.
+        unused_turn = queue.entry is not None and queue.entry.close()
         for channel in queue.channels:
             del self._by_channel[channel]
-            if queue.promised:
+            if queue.promised or unused_turn:
                 # We said a waiter of ours takes the lock, and none did: the other
                 # processes' waiters must hear that it is free.
                 self._announce(channel)

@@ -13,6 +13,7 @@ import pytest
 import redis.asyncio as redis
 
 import aiolock
+import aiolock._turns
 from aiolock._bench._common import evalsha_calls
 from aiolock.testing import Server, Servers, redis_servers
 
@@ -127,10 +128,46 @@ async def settled_keys(clients: list[redis.Redis], name: str, expected: list[boo
         await asyncio.sleep(0.01)
 
 
-async def scripts_run(clients: list[redis.Redis]) -> list[int]:
+class TurnScripts:
+    """Counts the turn-queue bookkeeping (``TURN_JOIN``, ``TURN_LEAVE``: see
+    ``aiolock/_turns.py``) that watched managers send, one script to each node per
+    call, so that a count of a handoff's scripts can leave it out. The fixture
+    ``turn_scripts`` stops the periodic refresh, so that the count is exact."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+
+    def watch(self, *managers: aiolock.LockManager) -> None:
+        """Count from now what ``managers`` send."""
+        self.sent = 0
+        for manager in managers:
+            turns = manager._engine.turns
+            assert turns is not None
+            send = turns.broadcast
+
+            def counted(script: Any, args: Any, send: Any = send) -> None:
+                self.sent += 1
+                send(script, args)
+
+            turns.broadcast = counted
+
+
+@pytest.fixture
+def turn_scripts(monkeypatch: pytest.MonkeyPatch) -> TurnScripts:
+    """See :class:`TurnScripts`."""
+    monkeypatch.setattr(aiolock._turns, "REFRESH", 3600.0)
+    monkeypatch.setattr(aiolock._turns, "ENTRY_TTL", 3600.0)
+    return TurnScripts()
+
+
+async def scripts_run(
+    clients: list[redis.Redis], *, leaving_out: TurnScripts | None = None
+) -> list[int]:
     """How many scripts each node has run since its last ``CONFIG RESETSTAT``: every
-    command aiolock sends is one (the commands scripts run inside are left out)."""
-    return [await evalsha_calls(client) for client in clients]
+    command aiolock sends is one (the commands scripts run inside are left out), but for
+    the turn-queue bookkeeping of the managers ``leaving_out`` watches."""
+    other = 0 if leaving_out is None else leaving_out.sent
+    return [await evalsha_calls(client) - other for client in clients]
 
 
 async def elsewhere(coro: Coroutine[Any, Any, T]) -> T:

@@ -314,6 +314,37 @@ MUTANTS = [
         "",
         ("tests/test_cluster.py::test_waiters_use_sharded_pubsub_where_the_cluster_has_it",),
     ),
+    # Issue 17's turns across processes (advice, not safety: liveness and cost).
+    Mutant(
+        "turn release deletes without comparing the token",
+        "aiolock/_scripts.py",
+        "if redis.call('get', KEYS[1]) ~= ARGV[1] then\n    return 0\nend\n"
+        "redis.call('del', KEYS[1])\nlocal turn = ''",
+        "if false then\n    return 0\nend\nredis.call('del', KEYS[1])\nlocal turn = ''",
+        ("tests/test_lock.py",),
+    ),
+    Mutant(
+        "every waiting process tries on every release (turns ignored)",
+        "aiolock/_waiting.py",
+        "if queue.entry is None or queue.entry.heard(message):",
+        "if queue.entry is None or queue.entry.heard(message) or True:",
+        ("tests/test_turns.py",),
+    ),
+    Mutant(
+        "a turn passed over is never taken (no fallback)",
+        "aiolock/_turns.py",
+        "        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._keys, member))\n"
+        "        self._wake()",
+        "        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._keys, member))",
+        ("tests/test_turns.py",),
+    ),
+    Mutant(
+        "a release names the first in line, not the next after the releasing process",
+        "aiolock/_engine.py",
+        "            more_args=self.waiting.place(key),",
+        "            more_args=(),",
+        ("tests/test_turns.py",),
+    ),
     # mutmut's survivors in _renewal.py, pinned by a test outside its selection.
     Mutant(
         "renewal batch waits only node_timeout (latency-bound renewal)",

@@ -18,12 +18,12 @@ from aiolock import Lock, LockLost, LockManager, LockNotOwned, _scripts
 from aiolock._waiting import Outcome, Taker
 from aiolock.testing import Servers
 
-from .conftest import elsewhere, key, scripts_run, settled_keys
+from .conftest import TurnScripts, elsewhere, key, scripts_run, settled_keys
 
 
-async def _calls(clients: list[redis.Redis]) -> int:
+async def _calls(clients: list[redis.Redis], leaving_out: TurnScripts | None = None) -> int:
     """Scripts run on all nodes (see ``scripts_run``)."""
-    return sum(await scripts_run(clients))
+    return sum(await scripts_run(clients, leaving_out=leaving_out))
 
 
 async def test_waiters_acquire_in_fifo_order(locks: LockManager, name: str) -> None:
@@ -251,7 +251,7 @@ async def test_waiters_listen_on_n_minus_quorum_plus_one_nodes_and_hear_every_re
 
 
 async def test_a_local_handoff_does_not_wake_other_processes(
-    urls: list[str], clients: list[redis.Redis], name: str
+    urls: list[str], clients: list[redis.Redis], name: str, turn_scripts: TurnScripts
 ) -> None:
     async with LockManager(urls) as here, LockManager(urls) as elsewhere:
         holder = here.lock(name, ttl=30)
@@ -260,13 +260,14 @@ async def test_a_local_handoff_does_not_wake_other_processes(
         local = asyncio.create_task(local_lock.acquire(timeout=10))
         remote = asyncio.create_task(elsewhere.lock(name, ttl=30).acquire(timeout=10))
         await asyncio.sleep(0.3)  # both tried once and sleep on the 30 s PTTL
-        before = await _calls(clients)
+        turn_scripts.watch(here, elsewhere)
+        before = await _calls(clients, turn_scripts)
         await holder.release()  # handed to the local waiter: the message says so
         assert await local
         await asyncio.sleep(0.3)
         # One script per node passed the lock on (issue 17; it was a release and an
         # acquire per node, 10): the other process did not try.
-        assert await _calls(clients) - before == 5
+        assert await _calls(clients, turn_scripts) - before == 5
         assert not remote.done()
         # A release with no local waiter left is open to all: the other one takes
         # it at once (not after the 30 s PTTL, nor its 10 s timeout).
@@ -416,18 +417,19 @@ async def _held_and_awaited(
 
 
 async def test_a_local_handoff_is_one_script_per_node(
-    locks: LockManager, clients: list[redis.Redis], name: str
+    locks: LockManager, clients: list[redis.Redis], name: str, turn_scripts: TurnScripts
 ) -> None:
     holder, waiter, queued = await _held_and_awaited(locks, name, ttl=5, waiter_ttl=20)
     first_token = holder.fencing_token
     assert first_token is not None
+    turn_scripts.watch(locks)
     for client in clients:
         await client.config_resetstat()
     sent = time.monotonic()
     await holder.release()
     assert await queued
     # One script per node passed the lock: no release and acquire, no failed attempt.
-    assert await scripts_run(clients) == [1] * len(clients)
+    assert await scripts_run(clients, leaving_out=turn_scripts) == [1] * len(clients)
     # It is the waiter's, with its own ttl, counted from when the handoff was sent, and
     # the next fencing token.
     assert (waiter.fencing_token or 0) > first_token

@@ -1,0 +1,150 @@
+"""Turns across processes: the nodes keep, per name, a line of the waiting processes.
+
+Without it, every waiting process tries on each release message and all but one lose:
+each loser costs a script per node, and a split vote a round for everyone. Instead:
+
+* A process whose tasks wait for a lock **joins the name's turn queue** on every node
+  (``TURN_JOIN``): one entry per process (its member, random), not per task, placed by
+  its clock when it joined; the same place is sent to every node.
+* **The release names whose turn it is** (``RELEASE_TURN``): the next process in line
+  after the releasing one, by place, going round (the first in line when the releasing
+  process is not in it). That process tries; the others keep waiting. The choice
+  depends only on the entries, not on what each node saw before: nodes that hold the
+  same entries name the same process.
+* **The queue is advice, never safety**: the lock is still the quorum ``SET NX``, and any
+  process may still try. Nodes that disagree on the order name different processes,
+  which then race as before; a message that names nobody (an empty line, a forced
+  release, the clean-up after a split vote) lets everyone try.
+* **An entry expires unless its process refreshes it** (every :data:`REFRESH`; it lives
+  :data:`ENTRY_TTL`), and leaves with the process's last waiter. A process that does not
+  use its turn (killed, or its message lost) delays the others by about one refresh
+  interval: a process told it is another's turn tries anyway after :data:`FALLBACK`
+  unless a later release is heard first, and takes the one passed over out of the line
+  (alive, it joins again at its place when it next refreshes). A process that was named
+  and whose waiters all left announces the lock free.
+* **A lost message still costs at most one ttl, never a hang**: the waiter's other
+  wake-ups (the holder's expiry, a dropped pub/sub connection) are unchanged.
+
+Only the plain lock takes turns; a semaphore's and a read-write lock's waiters race as
+before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from collections.abc import Callable
+from typing import Final
+
+from ._keys import turn_keys
+from ._scripts import TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT, Script
+
+__all__ = ["ENTRY_TTL", "FALLBACK", "REFRESH", "Entry", "Turns"]
+
+#: How often a waiting process refreshes its entry in a name's turn queue.
+REFRESH: Final = 0.5
+#: How long an entry lives unless refreshed: three refreshes (one lost is not enough).
+ENTRY_TTL: Final = 1.5
+#: After a message naming another process, how long a waiter waits for a later release
+#: before it tries anyway (the process named may be gone).
+FALLBACK: Final = 0.5
+
+Broadcast = Callable[[Script, tuple[bytes, ...]], None]
+
+
+class Turns:
+    """The turn queues of one manager: it is one member of each (see the module doc)."""
+
+    def __init__(
+        self, broadcast: Broadcast, *, wall_clock: Callable[[], float] = time.time
+    ) -> None:
+        #: Sends a script to every node without waiting (ordered connections).
+        self.broadcast = broadcast
+        self.wall_clock = wall_clock
+        #: Names this manager in release messages: never empty, never ``NOT_FREE``.
+        self.member = os.urandom(8).hex().encode()
+
+    def join(self, key: bytes, wake: Callable[[], None]) -> Entry:
+        """Join the turn queue of ``key`` (``wake``: the head of our local queue)."""
+        return Entry(self, key, wake)
+
+
+class Entry:
+    """A manager's entry in one name's turn queue, while it has waiters."""
+
+    __slots__ = (
+        "_fallback",
+        "_join_args",
+        "_keys",
+        "_refresh",
+        "_turns",
+        "_wake",
+        "named",
+        "place",
+    )
+
+    def __init__(self, turns: Turns, key: bytes, wake: Callable[[], None]) -> None:
+        self._turns = turns
+        self._wake = wake
+        self._keys = (b"2", *turn_keys(key))
+        #: Where we are in line: our clock when we joined, in microseconds (a float
+        #: holds it exactly; two processes are unlikely to share one).
+        self.place = b"%d" % int(turns.wall_clock() * 1_000_000)
+        ttl = b"%d" % int(ENTRY_TTL * 1000)
+        self._join_args = (*self._keys, turns.member, self.place, ttl)
+        self._fallback: asyncio.TimerHandle | None = None
+        self._refresh: asyncio.TimerHandle | None = None
+        #: A release named us and none of our waiters has taken the lock since.
+        self.named = False
+        self._send_join()
+
+    def _send_join(self) -> None:
+        self._turns.broadcast(TURN_JOIN_SCRIPT, self._join_args)
+        loop = asyncio.get_running_loop()
+        self._refresh = loop.call_later(REFRESH, self._send_join)
+
+    def heard(self, message: bytes) -> bool:
+        """Whether a release ``message`` (not ``NOT_FREE``) lets our head try now.
+
+        Yes when it names us or nobody; when it names another process, not now: our
+        head tries after :data:`FALLBACK` unless a later release is heard first.
+        """
+        self._cancel_fallback()
+        if not message or message == self._turns.member:
+            self.named = bool(message)
+            return True
+        loop = asyncio.get_running_loop()
+        delay = FALLBACK * random.uniform(1.0, 1.1)
+        self._fallback = loop.call_later(delay, self._pass_over, message)
+        return False
+
+    def _pass_over(self, member: bytes) -> None:
+        """The process named did not take the lock in time: out of line, and we try."""
+        self._fallback = None
+        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._keys, member))
+        self._wake()
+
+    def taken(self) -> None:
+        """A waiter of ours acquired the lock: our turn is used."""
+        self.named = False
+        self._cancel_fallback()
+
+    def close(self) -> bool:
+        """Leave the queue (our last waiter left).
+
+        Returns whether our turn went unused: the caller then announces the lock free
+        to every waiting process.
+        """
+        self._cancel_fallback()
+        if self._refresh is not None:
+            self._refresh.cancel()
+            self._refresh = None
+        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._keys, self._turns.member))
+        return self.named
+
+    def _cancel_fallback(self) -> None:
+        if self._fallback is not None:
+            self._fallback.cancel()
+            self._fallback = None

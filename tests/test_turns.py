@@ -1,0 +1,238 @@
+"""Turns across processes (issue 17, see aiolock/_turns.py): a release names the waiting
+process whose turn it is, and only that one tries; a process that does not use its turn
+(killed, or its message lost) delays the others by about one refresh interval.
+
+Each ``LockManager`` is one member of the turn queue, as a process is: managers of the
+test's own process stand in for processes, except where a real process is killed or
+many run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import signal
+import sys
+import time
+from asyncio.subprocess import PIPE
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as redis
+
+import aiolock._turns
+from aiolock import LockManager
+from aiolock._waiting import LOCAL_STREAK
+
+from .conftest import key, scripts_run
+
+WORKER = Path(__file__).parent / "turns_worker.py"
+
+
+def _count_attempts(manager: LockManager) -> list[int]:
+    """Counts the acquire attempts ``manager`` sends (one each to every node)."""
+    quorum = manager._engine.quorum
+    attempt = quorum.acquire
+    count = [0]
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return await attempt(*args, **kwargs)
+
+    quorum.acquire = counted  # type: ignore[method-assign]
+    return count
+
+
+async def _in_line(clients: list[redis.Redis], name: str, members: int) -> list[bytes]:
+    """The turn queue of ``name`` once every node has ``members`` entries (in order)."""
+    deadline = time.monotonic() + 10
+    while True:
+        lines = [await client.zrange(key(name) + ":turns", 0, -1) for client in clients]
+        if all(len(line) == members for line in lines):
+            assert all(line == lines[0] for line in lines), lines
+            return list(lines[0])
+        assert time.monotonic() < deadline, lines
+        await asyncio.sleep(0.02)
+
+
+async def test_processes_take_turns_in_the_order_they_queued(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Nobody falls back to trying out of turn during this test, however slow the machine.
+    monkeypatch.setattr(aiolock._turns, "FALLBACK", 30.0)
+    async with contextlib.AsyncExitStack() as stack:
+        holder_side = await stack.enter_async_context(LockManager(urls))
+        waiting = [await stack.enter_async_context(LockManager(urls)) for _ in range(3)]
+        holder = holder_side.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        order: list[int] = []
+
+        async def wait_then_hold(i: int) -> None:
+            lock = waiting[i].lock(name, ttl=30, auto_renew=False)
+            assert await lock.acquire(timeout=20)
+            order.append(i)
+            await asyncio.sleep(0.05)
+            await lock.release()
+
+        tasks = []
+        for i in range(3):
+            tasks.append(asyncio.create_task(wait_then_hold(i)))
+            await _in_line(clients, name, i + 1)  # joined behind the ones before
+            await asyncio.sleep(0.01)  # a later place, also by the millisecond
+        members = await _in_line(clients, name, 3)
+        assert members == [m._engine.turns.member for m in waiting if m._engine.turns]
+        attempts = [_count_attempts(manager) for manager in waiting]
+        await holder.release()
+        await asyncio.wait_for(asyncio.gather(*tasks), 20)
+    assert order == [0, 1, 2]
+    # Each process tried once, when named: none lost a race (before turns, every
+    # release woke every waiting process: 3 + 2 + 1 attempts).
+    assert [count[0] for count in attempts] == [1, 1, 1]
+    assert [await client.exists(key(name) + ":turns") for client in clients] == [0] * 5
+
+
+async def _released_message(client: redis.Redis, name: str) -> Callable[[], Awaitable[bytes]]:
+    """Subscribe to ``name``'s release channel; returns: await the next message."""
+    pubsub = client.pubsub()
+    await pubsub.subscribe(key(name) + ":released")
+
+    async def next_message() -> bytes:
+        try:
+            while True:
+                message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
+                if message is not None:
+                    return bytes(message["data"])
+        finally:
+            await pubsub.aclose()
+
+    return next_message
+
+
+async def test_a_waiter_process_killed_first_in_line_delays_the_others_about_one_refresh(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager(urls) as holder_side, LockManager(urls) as waiter_side:
+        holder = holder_side.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, str(WORKER), name, "1", *urls, stdout=asyncio.subprocess.PIPE
+        )
+        try:
+            assert worker.stdout is not None
+            assert await asyncio.wait_for(worker.stdout.readline(), 30) == b"waiting\n"
+            [dead] = await _in_line(clients, name, 1)
+            waiter = asyncio.create_task(
+                waiter_side.lock(name, ttl=30, auto_renew=False).acquire(timeout=20)
+            )
+            assert (await _in_line(clients, name, 2))[0] == dead  # behind the worker
+        finally:
+            worker.send_signal(signal.SIGKILL)
+            await worker.wait()
+        message = await _released_message(clients[0], name)
+        released = time.monotonic()
+        await holder.release()
+        assert await message() == dead  # its turn: the other process does not try yet
+        assert await asyncio.wait_for(waiter, 20)
+        waited = time.monotonic() - released
+    # It tried after FALLBACK, not at once, nor after the holder's 30 s PTTL.
+    assert aiolock._turns.FALLBACK * 0.9 < waited < aiolock._turns.FALLBACK + 2.5
+
+
+async def test_a_lost_turn_message_costs_about_one_refresh_interval(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        holder_side, first, second = [
+            await stack.enter_async_context(LockManager(urls)) for _ in range(3)
+        ]
+        holder = holder_side.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        first_lock = first.lock(name, ttl=30, auto_renew=False)
+        first_waits = asyncio.create_task(first_lock.acquire(timeout=20))
+        await _in_line(clients, name, 1)
+        second_lock = second.lock(name, ttl=30, auto_renew=False)
+        second_waits = asyncio.create_task(second_lock.acquire(timeout=20))
+        await _in_line(clients, name, 2)
+        # The first in line loses the next release message on every node it hears.
+        waiting = first._engine.waiting
+        on_message = waiting._on_message
+        lost: list[bytes] = []
+
+        def losing(channel: bytes, message: bytes) -> None:
+            if len(lost) < 3:
+                lost.append(message)
+                return
+            on_message(channel, message)
+
+        waiting._on_message = losing  # type: ignore[method-assign]
+        for subscriber in waiting._subscribers:
+            subscriber._on_message = losing  # type: ignore[attr-defined]
+        released = time.monotonic()
+        await holder.release()
+        assert await asyncio.wait_for(second_waits, 20)
+        waited = time.monotonic() - released
+        assert set(lost) == {first._engine.turns.member if first._engine.turns else b""}
+        assert not first_waits.done()
+        # The second tried after FALLBACK: not at once, nor after the holder's PTTL.
+        assert aiolock._turns.FALLBACK * 0.9 < waited < aiolock._turns.FALLBACK + 2.5
+        # The first one was moved to the back: the next release is its turn.
+        released = time.monotonic()
+        await second_lock.release()
+        assert await asyncio.wait_for(first_waits, 20)
+        assert time.monotonic() - released < 2.0
+        await first_lock.release()
+
+
+async def _run_workers(
+    urls: list[str], clients: list[redis.Redis], name: str, tasks: int
+) -> tuple[float, list[list[float]]]:
+    """4 worker processes of ``tasks`` tasks each take ``name`` once per task, after a
+    holder lets go. Returns the scripts run on all nodes per critical section, and the
+    sections."""
+    async with LockManager(urls) as holder_side:
+        holder = holder_side.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        args = [str(WORKER), name, str(tasks), *urls]
+        workers = [
+            await asyncio.create_subprocess_exec(sys.executable, *args, stdout=PIPE)
+            for _ in range(4)
+        ]
+        for worker in workers:
+            assert worker.stdout is not None
+            assert await asyncio.wait_for(worker.stdout.readline(), 30) == b"waiting\n"
+        await _in_line(clients, name, 4)
+        for client in clients:
+            await client.config_resetstat()
+        await holder.release()
+        outputs = [await asyncio.wait_for(worker.communicate(), 120) for worker in workers]
+        assert [worker.returncode for worker in workers] == [0] * 4
+    total = sum(await scripts_run(clients))
+    sections = [json.loads(line) for out, _ in outputs for line in out.splitlines()]
+    assert len(sections) == 4 * tasks
+    return total / len(sections), sections
+
+
+async def test_a_thousand_waiting_tasks_over_four_processes_cost_what_few_do(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    few, _ = await _run_workers(urls, clients, name + "-few", 2)
+    many, sections = await _run_workers(urls, clients, name, 250)
+    sections.sort()
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(sections))  # no overlap
+    assert len({pid for _, _, pid in sections}) == 4
+    # Turns go round: a process hands the lock to its own waiters at most LOCAL_STREAK
+    # times in a row, then to the next process (the first in line every time would
+    # let one process run all its tasks before the next one's turn: 3 changes).
+    changes = sum(1 for a, b in itertools.pairwise(sections) if a[2] != b[2])
+    assert changes >= len(sections) / (LOCAL_STREAK + 1) * 0.8, changes
+    assert os.getpid() not in {pid for _, _, pid in sections}
+    # Per critical section on 5 nodes: a local handoff is one script per node, a
+    # handoff between processes a release and one attempt per node (4 of 5 handoffs
+    # are local, see LOCAL_STREAK): about 6; losing races would add 5 each.
+    assert many <= 7.5, (many, few)
+    assert many <= few + 1.0, (many, few)
