@@ -217,10 +217,9 @@ async def _run_workers(
     return total / len(sections), sections
 
 
-async def test_a_thousand_waiting_tasks_over_four_processes_cost_what_few_do(
+async def test_a_thousand_waiting_tasks_over_four_processes_take_turns_at_a_constant_cost(
     urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:
-    few, _ = await _run_workers(urls, clients, name + "-few", 2)
     many, sections = await _run_workers(urls, clients, name, 250)
     sections.sort()
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(sections))  # no overlap
@@ -233,6 +232,7 @@ async def test_a_thousand_waiting_tasks_over_four_processes_cost_what_few_do(
     assert os.getpid() not in {pid for _, _, pid in sections}
     # Per critical section on 5 nodes: a local handoff is one script per node, a
     # handoff between processes a release and one attempt per node (4 of 5 handoffs
-    # are local, see LOCAL_STREAK): about 6; losing races would add 5 each.
-    assert many <= 7.5, (many, few)
-    assert many <= few + 1.0, (many, few)
+    # are local, see LOCAL_STREAK): about 6 whatever the number of tasks (a process is
+    # one entry in line, and only its head tries); losing races would add 5 each (11.8
+    # before turns).
+    assert many <= 7.5, many
