@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import time
 from typing import Any
@@ -13,7 +14,7 @@ import redis.asyncio as redis
 from aiolock import LockLost, LockManager, LockNotOwned, QuorumError
 from aiolock.testing import Server, Servers
 
-from .conftest import key
+from .conftest import key, scripts_run
 
 
 async def _commandstat(clients: list[redis.Redis], command: str) -> list[int]:
@@ -24,17 +25,24 @@ async def _commandstat(clients: list[redis.Redis], command: str) -> list[int]:
     return out
 
 
+# ttl 0.8: a renewal leaves less than a second of validity, and still counts as won.
+@pytest.mark.parametrize(("ttl", "body"), [(1.2, 3.0), (0.8, 2.0)])
 async def test_short_ttl_lock_stays_held_for_long_body(
-    locks: LockManager, clients: list[redis.Redis], name: str
+    locks: LockManager, clients: list[redis.Redis], name: str, ttl: float, body: float
 ) -> None:
-    async with locks.lock(name, ttl=1.2) as lock:
+    async with locks.lock(name, ttl=ttl) as lock:
+        for client in clients:
+            await client.config_resetstat()
         started = time.monotonic()
-        while time.monotonic() - started < 3.0:
+        while time.monotonic() - started < body:
             assert lock.owned
             await asyncio.sleep(0.1)
         # The key's PTTL on the nodes is refreshed, not running down.
         assert all([await c.pttl(key(name)) > 100 for c in clients])
         assert lock.lost is None
+        # Renewed about every ttl / 3 (7.5 times here), not every retry interval as if
+        # each renewal had failed.
+        assert all(n <= body / (ttl / 3) * 1.6 + 1 for n in await scripts_run(clients))
     assert not lock.owned
 
 
@@ -357,6 +365,29 @@ def _first_batch_fails(locks: LockManager, monkeypatch: pytest.MonkeyPatch) -> l
 def _failed_ticks(caplog: pytest.LogCaptureFixture) -> list[str]:
     failed = [r for r in caplog.records if "a renewal tick failed" in r.getMessage()]
     return [str(r.exc_info[1]) for r in failed if r.exc_info]
+
+
+async def test_a_failing_renewal_retries_every_retry_interval_not_in_a_loop(
+    servers: Servers, urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    # 3 of 5 nodes refuse: every renewal fails at once. It is tried again after
+    # retry_interval (max(ttl / 10, 2 x node_timeout) = 0.3 s here), not at once: an
+    # outage must not turn each holder into a loop hammering the nodes that are left.
+    async with LockManager(urls, node_timeout=0.05) as locks:
+        lock = locks.lock(name, ttl=3.0)
+        assert await lock.acquire(timeout=5)
+        for server in servers.servers[:3]:
+            assert isinstance(server, Server)
+            server.kill()
+        healthy = clients[3:]
+        for client in healthy:
+            await client.config_resetstat()
+        await asyncio.sleep(2.0)  # renewals due at 1 s (ttl / 3), then 1.3, 1.6, 1.9 s
+        tries = await scripts_run(healthy)
+        assert all(2 <= n <= 8 for n in tries), tries
+        assert lock.lost is None  # its validity (about 2.8 s) has not run out yet
+        with contextlib.suppress(LockLost, QuorumError):
+            await lock.release()
 
 
 @pytest.mark.renewal_tick_may_fail
