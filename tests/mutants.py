@@ -339,6 +339,15 @@ MUTANTS = [
         ("tests/test_turns.py",),
     ),
     Mutant(
+        "a process leaving in its turn does not announce the lock free",
+        "aiolock/_turns.py",
+        "        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._keys, self._turns.member))\n"
+        "        return self.named",
+        "        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._keys, self._turns.member))\n"
+        "        return False",
+        ("tests/test_turns.py",),
+    ),
+    Mutant(
         "a release names the first in line, not the next after the releasing process",
         "aiolock/_engine.py",
         "            more_args=self.waiting.place(key),",

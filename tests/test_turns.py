@@ -236,3 +236,40 @@ async def test_a_thousand_waiting_tasks_over_four_processes_take_turns_at_a_cons
     # one entry in line, and only its head tries); losing races would add 5 each (11.8
     # before turns).
     assert many <= 7.5, many
+
+
+async def test_a_process_that_leaves_in_its_turn_announces_the_lock_free(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        holder_side, first, second = [
+            await stack.enter_async_context(LockManager(urls)) for _ in range(3)
+        ]
+        holder = holder_side.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        first_waits = asyncio.create_task(
+            first.lock(name, ttl=30, auto_renew=False).acquire(timeout=20)
+        )
+        await _in_line(clients, name, 1)
+        second_lock = second.lock(name, ttl=30, auto_renew=False)
+        second_waits = asyncio.create_task(second_lock.acquire(timeout=20))
+        await _in_line(clients, name, 2)
+        # The first in line is cancelled as its turn comes (the message heard, its
+        # attempt not yet made): leaving, it tells every process the lock is free.
+        waiting = first._engine.waiting
+        on_message = waiting._on_message
+
+        def cancelling(channel: bytes, message: bytes) -> None:
+            on_message(channel, message)
+            first_waits.cancel()
+
+        waiting._on_message = cancelling  # type: ignore[method-assign]
+        for subscriber in waiting._subscribers:
+            subscriber._on_message = cancelling  # type: ignore[attr-defined]
+        released = time.monotonic()
+        await holder.release()
+        assert await asyncio.wait_for(second_waits, 20)
+        # At once: not after FALLBACK (0.5 s), nor the holder's 30 s PTTL.
+        assert time.monotonic() - released < aiolock._turns.FALLBACK * 0.6
+        assert first_waits.cancelled()
+        await second_lock.release()
