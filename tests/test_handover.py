@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import sys
 
+import anyio
 import pytest
 import redis.asyncio as redis
 
@@ -111,6 +112,55 @@ async def test_a_failed_attach_leaves_the_ticket_usable(servers: Servers, name: 
         taken = await locks.attach(ticket)
         assert taken.owned
         await taken.release()
+
+
+@pytest.mark.parametrize("how", ["task.cancel()", "anyio cancel scope"])
+async def test_a_cancelled_attach_leaves_the_lock_to_the_ticket(
+    urls: list[str], clients: list[redis.Redis], name: str, how: str
+) -> None:
+    # (An anyio cancel scope cancels again at every await: the give-back is shielded.)
+    events: list[tuple[str, str]] = []
+    async with LockManager(urls, on_event=lambda e: events.append((e.kind, e.name))) as locks:
+        lock = locks.lock(name, ttl=10)
+        assert await lock.acquire()
+        token = await clients[0].get(key(name))
+        ticket = lock.detach()
+        events.clear()
+        if how == "task.cancel()":
+            attaching = asyncio.create_task(locks.attach(ticket))
+            await asyncio.sleep(0)  # the take-over is sent; cancelled before any reply
+            attaching.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await attaching
+        else:
+            with anyio.CancelScope() as scope:
+                asyncio.get_running_loop().call_soon(scope.cancel)
+                await locks.attach(ticket)
+            assert scope.cancelled_caught
+        # The nodes that took it over were given back to the ticket's token.
+        assert [await c.get(key(name)) for c in clients] == [token] * 5
+        assert events == []
+        taken = await locks.attach(ticket)  # the ticket still works
+        assert taken.owned
+        assert events == [("acquired", name)]  # an attach is reported like an acquire
+        await taken.release()
+
+
+async def test_what_cannot_be_detached_is_refused_with_no_io(locks: LockManager, name: str) -> None:
+    expired = locks.lock(name, ttl=0.2, auto_renew=False)
+    assert await expired.acquire()
+    await asyncio.sleep(0.3)  # its validity ran out: nothing to hand over
+    with pytest.raises(LockNotOwned, match="is not held"):
+        expired.detach()
+    other = f"{name}-levels"
+    async with locks.lock(other, ttl=10, reentrant=True) as outer:
+        inner = locks.lock(other, ttl=10, reentrant=True)
+        assert await inner.acquire()
+        for level in (inner, outer):  # two levels: neither may hand the lock away
+            with pytest.raises(RuntimeError, match="held at several levels"):
+                level.detach()
+        await inner.release()
+        assert isinstance(outer.detach(), str)  # one level left: it may
 
 
 async def test_bad_tickets_are_refused_before_any_io(locks: LockManager) -> None:
