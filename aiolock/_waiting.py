@@ -262,8 +262,9 @@ class Waiting:
             wait_first = hint is not None
             if not queue.subscribed:
                 await self._subscribe(queue)
-                if turns and self._turns is not None:
-                    queue.entry = self._turns.join(key, queue.wake.set)
+            if turns and queue.entry is None and self._turns is not None:
+                # (Not only after subscribing: a head cancelled meanwhile left it to us.)
+                queue.entry = self._turns.join(key, queue.wake.set)
             while True:
                 if wait_first:
                     wait_first = False

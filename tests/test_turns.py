@@ -273,3 +273,33 @@ async def test_a_process_that_leaves_in_its_turn_announces_the_lock_free(
         assert time.monotonic() - released < aiolock._turns.FALLBACK * 0.6
         assert first_waits.cancelled()
         await second_lock.release()
+
+
+async def test_a_head_cancelled_while_subscribing_leaves_its_place_in_line_to_the_next(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager(urls) as holder_side, LockManager(urls) as locks:
+        holder = holder_side.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        waiting = locks._engine.waiting
+        subscribe = waiting._subscribe
+        gate = asyncio.Event()
+
+        async def slow_subscribe(queue: Any) -> None:
+            await subscribe(queue)
+            await gate.wait()  # the first head is cancelled here, before it joins
+
+        waiting._subscribe = slow_subscribe  # type: ignore[method-assign]
+        first = asyncio.create_task(locks.lock(name, ttl=30).acquire(timeout=20))
+        await asyncio.sleep(0.2)
+        second_lock = locks.lock(name, ttl=30, auto_renew=False)
+        second = asyncio.create_task(second_lock.acquire(timeout=20))
+        await asyncio.sleep(0.2)
+        first.cancel()
+        # The next head joins the turn queue in its place.
+        assert len(await _in_line(clients, name, 1)) == 1
+        released = time.monotonic()
+        await holder.release()
+        assert await asyncio.wait_for(second, 20)
+        assert time.monotonic() - released < aiolock._turns.FALLBACK * 0.6  # its turn
+        await second_lock.release()
