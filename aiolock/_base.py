@@ -162,7 +162,6 @@ class BaseHandle(Configured):
         channels: tuple[bytes, ...] | None,
         exclusive: bool,
         taker: tuple[bytes, float] | None = None,
-        turns: bool = False,
     ) -> _O | None:
         """Try, and wait in the local queue for ``queue`` while it is worth it.
 
@@ -182,9 +181,8 @@ class BaseHandle(Configured):
                 outcome = None
         if outcome is None:
             outcome = await engine.waiting.acquire(
-                queue, attempt, deadline, channels=channels, exclusive=exclusive, taker=taker,
-                turns=turns,
-            )  # fmt: skip
+                queue, attempt, deadline, channels=channels, exclusive=exclusive, taker=taker
+            )
         if outcome is not None and outcome.expires_at is not None:
             if self._report:
                 engine.emit("acquired", self._name, clock() - started)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from ._scripts import FENCE, HOLDER, Script
+from ._scripts import FENCE, HOLDER, NOW_MS, Script
 
 __all__ = [
     "RW_READ",
@@ -149,9 +149,8 @@ SEM_CHECKS: Final = 16
 #         with no note (the first from c + 1 on, at most SEM_FREE_REPORTED),
 #         then slots whose note has run out (at most SEM_CHECKS)}
 SEM_ACQUIRE = (
-    b"""\
-local t = redis.call('time')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+    NOW_MS
+    + b"""\
 for i = 4, #KEYS do
     local left = redis.call('pttl', KEYS[i])
     if left == -2 then

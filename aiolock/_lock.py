@@ -151,7 +151,6 @@ class Lock(BaseHandle):
             channels=self._channels,
             exclusive=self._exclusive,
             taker=(token, self._ttl) if self._passes_on else None,
-            turns=self._passes_on,
         )
         if attempt is None:
             return False

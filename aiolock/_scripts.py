@@ -25,6 +25,7 @@ __all__ = [
     "INSPECT",
     "INSPECT_SCRIPT",
     "NOT_FREE",
+    "NOW_MS",
     "PASS_ON",
     "PASS_ON_SCRIPT",
     "RAISE_FENCE",
@@ -59,6 +60,13 @@ if last and last >= fence then
     fence = last + 1
     redis.call('set', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
 end
+"""
+
+# The server's clock in ms, into ``now`` (TIME: the same clock as the keys' expiry);
+# shared by the scripts that note expiries (the turn queue's, the semaphore's).
+NOW_MS = b"""\
+local t = redis.call('time')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 """
 
 # The lines that read a held lock's token into ``holder``, or reply WRONGTYPE when the
@@ -140,15 +148,17 @@ return 0
 # ARGV[1] token, ARGV[2] (optional) the releasing process's place in the queue
 # returns 1 when the key held the token and was deleted, else 0. The message is the
 # member named, or empty (nobody in line: every waiting process may try).
-RELEASE_TURN = b"""\
+RELEASE_TURN = (
+    b"""\
 if redis.call('get', KEYS[1]) ~= ARGV[1] then
     return 0
 end
 redis.call('del', KEYS[1])
 local turn = ''
 if redis.call('zcard', KEYS[2]) > 0 then
-    local now = redis.call('time')
-    now = now[1] * 1000 + math.floor(now[2] / 1000)
+"""
+    + NOW_MS
+    + b"""\
     local gone = redis.call('zrangebyscore', KEYS[3], '-inf', now, 'LIMIT', 0, 8)
     for _, member in ipairs(gone) do
         redis.call('zrem', KEYS[2], member)
@@ -163,6 +173,7 @@ end
 redis.call('publish', KEYS[1] .. ':released', turn)
 return 1
 """
+)
 
 # A process waiting for a lock joins its turn queue, or refreshes its entry there.
 # KEYS[1] the turn queue, KEYS[2] the entries' expiries (see RELEASE_TURN)
@@ -171,14 +182,16 @@ return 1
 #         refreshed, in ms
 # returns 1. A member already in line keeps its place; both keys expire with the last
 # entry, so that a name nobody waits for leaves nothing behind.
-TURN_JOIN = b"""\
-local now = redis.call('time')
+TURN_JOIN = (
+    NOW_MS
+    + b"""\
 redis.call('zadd', KEYS[1], 'NX', ARGV[2], ARGV[1])
-redis.call('zadd', KEYS[2], now[1] * 1000 + math.floor(now[2] / 1000) + tonumber(ARGV[3]), ARGV[1])
+redis.call('zadd', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('pexpire', KEYS[1], ARGV[3])
 redis.call('pexpire', KEYS[2], ARGV[3])
 return 1
 """
+)
 
 # A process that waits no more leaves the turn queue; or a process that was named and
 # did not use its turn is taken out by one that went in its place (it joins again, at

@@ -222,7 +222,6 @@ class Waiting:
         channels: tuple[bytes, ...] | None = None,
         exclusive: bool = True,
         taker: tuple[bytes, float] | None = None,
-        turns: bool = False,
     ) -> _A | None:
         """Queue for ``key`` and call ``attempt`` when it may succeed, until ``deadline``.
 
@@ -231,8 +230,8 @@ class Waiting:
         cancellation, and passes the turn on. ``channels`` announce releases (default:
         ``key``'s own); ``exclusive=False`` (a semaphore) lets the next waiter try at
         once after one acquired. ``taker``: the waiter's token and ttl, when a release
-        of this process may pass it the lock (see :class:`Taker`). ``turns``: this
-        process joins the name's turn queue on the nodes (see ``_turns.py``).
+        of this process may pass it the lock (see :class:`Taker`); such a waiter's
+        process (a plain lock's) also joins the name's turn queue (see ``_turns.py``).
         """
         queue = self._queues.get(key)
         if queue is None:
@@ -262,7 +261,7 @@ class Waiting:
             wait_first = hint is not None
             if not queue.subscribed:
                 await self._subscribe(queue)
-            if turns and queue.entry is None and self._turns is not None:
+            if offer is not None and queue.entry is None and self._turns is not None:
                 # (Not only after subscribing: a head cancelled meanwhile left it to us.)
                 queue.entry = self._turns.join(key, queue.wake.set)
             while True:

@@ -26,7 +26,7 @@ import pytest
 import redis.asyncio as redis
 
 import aiolock._turns
-from aiolock import LockManager
+from aiolock import Lock, LockManager
 from aiolock._waiting import LOCAL_STREAK
 
 from .conftest import key, scripts_run
@@ -143,24 +143,48 @@ async def test_a_waiter_process_killed_first_in_line_delays_the_others_about_one
     assert aiolock._turns.FALLBACK * 0.9 < waited < aiolock._turns.FALLBACK + 2.5
 
 
+class _InLine:
+    """A holder of ``name``, and two managers waiting for it, first and second in line."""
+
+    def __init__(self, holder: Lock, waiting: list[tuple[LockManager, Lock, asyncio.Task[bool]]]):
+        self.holder = holder
+        (self.first, self.first_lock, self.first_waits) = waiting[0]
+        (self.second, self.second_lock, self.second_waits) = waiting[1]
+
+
+async def _two_in_line(
+    stack: contextlib.AsyncExitStack, urls: list[str], clients: list[redis.Redis], name: str
+) -> _InLine:
+    holder_side = await stack.enter_async_context(LockManager(urls))
+    holder = holder_side.lock(name, ttl=30, auto_renew=False)
+    assert await holder.acquire(timeout=0)
+    waiting = []
+    for place in (1, 2):
+        manager = await stack.enter_async_context(LockManager(urls))
+        lock = manager.lock(name, ttl=30, auto_renew=False)
+        waiting.append((manager, lock, asyncio.create_task(lock.acquire(timeout=20))))
+        await _in_line(clients, name, place)
+    return _InLine(holder, waiting)
+
+
+def _intercept(manager: LockManager, hook: Callable[[bytes, bytes], None]) -> Callable[..., None]:
+    """Route ``manager``'s release messages through ``hook``; returns the original handler."""
+    waiting = manager._engine.waiting
+    on_message = waiting._on_message
+    waiting._on_message = hook  # type: ignore[method-assign]
+    for subscriber in waiting._subscribers:
+        subscriber._on_message = hook  # type: ignore[attr-defined]
+    return on_message
+
+
 async def test_a_lost_turn_message_costs_about_one_refresh_interval(
     urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        holder_side, first, second = [
-            await stack.enter_async_context(LockManager(urls)) for _ in range(3)
-        ]
-        holder = holder_side.lock(name, ttl=30, auto_renew=False)
-        assert await holder.acquire(timeout=0)
-        first_lock = first.lock(name, ttl=30, auto_renew=False)
-        first_waits = asyncio.create_task(first_lock.acquire(timeout=20))
-        await _in_line(clients, name, 1)
-        second_lock = second.lock(name, ttl=30, auto_renew=False)
-        second_waits = asyncio.create_task(second_lock.acquire(timeout=20))
-        await _in_line(clients, name, 2)
+        line = await _two_in_line(stack, urls, clients, name)
+        first, first_lock, first_waits = line.first, line.first_lock, line.first_waits
+        second_lock, second_waits = line.second_lock, line.second_waits
         # The first in line loses the next release message on every node it hears.
-        waiting = first._engine.waiting
-        on_message = waiting._on_message
         lost: list[bytes] = []
 
         def losing(channel: bytes, message: bytes) -> None:
@@ -169,11 +193,9 @@ async def test_a_lost_turn_message_costs_about_one_refresh_interval(
                 return
             on_message(channel, message)
 
-        waiting._on_message = losing  # type: ignore[method-assign]
-        for subscriber in waiting._subscribers:
-            subscriber._on_message = losing  # type: ignore[attr-defined]
+        on_message = _intercept(first, losing)
         released = time.monotonic()
-        await holder.release()
+        await line.holder.release()
         assert await asyncio.wait_for(second_waits, 20)
         waited = time.monotonic() - released
         assert set(lost) == {first._engine.turns.member if first._engine.turns else b""}
@@ -242,32 +264,22 @@ async def test_a_process_that_leaves_in_its_turn_announces_the_lock_free(
     urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        holder_side, first, second = [
-            await stack.enter_async_context(LockManager(urls)) for _ in range(3)
-        ]
-        holder = holder_side.lock(name, ttl=30, auto_renew=False)
-        assert await holder.acquire(timeout=0)
-        first_waits = asyncio.create_task(
-            first.lock(name, ttl=30, auto_renew=False).acquire(timeout=20)
+        line = await _two_in_line(stack, urls, clients, name)
+        first_waits, second_lock, second_waits = (
+            line.first_waits,
+            line.second_lock,
+            line.second_waits,
         )
-        await _in_line(clients, name, 1)
-        second_lock = second.lock(name, ttl=30, auto_renew=False)
-        second_waits = asyncio.create_task(second_lock.acquire(timeout=20))
-        await _in_line(clients, name, 2)
         # The first in line is cancelled as its turn comes (the message heard, its
         # attempt not yet made): leaving, it tells every process the lock is free.
-        waiting = first._engine.waiting
-        on_message = waiting._on_message
 
         def cancelling(channel: bytes, message: bytes) -> None:
             on_message(channel, message)
             first_waits.cancel()
 
-        waiting._on_message = cancelling  # type: ignore[method-assign]
-        for subscriber in waiting._subscribers:
-            subscriber._on_message = cancelling  # type: ignore[attr-defined]
+        on_message = _intercept(line.first, cancelling)
         released = time.monotonic()
-        await holder.release()
+        await line.holder.release()
         assert await asyncio.wait_for(second_waits, 20)
         # At once: not after FALLBACK (0.5 s), nor the holder's 30 s PTTL.
         assert time.monotonic() - released < aiolock._turns.FALLBACK * 0.6
