@@ -36,7 +36,10 @@ if TYPE_CHECKING:
     from ._quorum import Quorum
     from ._votes import Attempt, Votes
 
-__all__ = ["Taker", "can_pass_on", "pass_on"]
+__all__ = ["Line", "Taker", "can_pass_on", "others_in_line", "pass_on"]
+
+#: A name's turn queue and this process's member in it, or nothing (no turns).
+Line = tuple[bytes, bytes] | tuple[()]
 
 
 class Taker:
@@ -68,6 +71,18 @@ class Taker:
         self.future.set_result(outcome)
         return True
 
+    def drop(self) -> None:
+        """The waiter leaves: nothing may stay passed to it (it was cancelled)."""
+        future = self.future
+        if not future.done():
+            future.cancel()  # a handoff in flight is given back (see pass_on)
+        elif (
+            not future.cancelled()
+            and future.result().expires_at is not None
+            and self.on_dropped is not None
+        ):
+            self.on_dropped()  # passed, but we were cancelled before taking it
+
 
 def can_pass_on(quorum: Quorum) -> bool:
     """Whether a release may pass the lock on now (no node in its restart quarantine)."""
@@ -75,15 +90,19 @@ def can_pass_on(quorum: Quorum) -> bool:
     return veto is None or all(veto(i) is None for i in range(quorum.n))
 
 
-async def pass_on(quorum: Quorum, key: bytes, token: bytes, taker: Taker) -> Votes:
+async def pass_on(quorum: Quorum, key: bytes, token: bytes, taker: Taker, line: Line = ()) -> Votes:
     """Release ``key``, held with ``token``, by passing it to ``taker``.
+
+    ``line``: the name's turn queue and this process's member in it, when processes
+    take turns: each node then says whether another process is in line (read the
+    replies with :func:`others_in_line`).
 
     Completes even if the caller is cancelled (re-raised after, as a release): the
     handoff runs in a task of its own, which the caller waits for whatever happens, so
     that the waiter always gets its outcome. Returns the votes, read as the release's:
     won when a majority now holds the taker's token.
     """
-    handoff = asyncio.get_running_loop().create_task(_hand_over(quorum, key, token, taker))
+    handoff = asyncio.get_running_loop().create_task(_hand_over(quorum, key, token, taker, line))
     cancelled: asyncio.CancelledError | None = None
     # Shielded from anyio's cancel scopes (which would cancel again at every await)
     # and from native cancellation (caught, re-raised once the handoff is done).
@@ -100,14 +119,15 @@ async def pass_on(quorum: Quorum, key: bytes, token: bytes, taker: Taker) -> Vot
     return handoff.result()
 
 
-async def _hand_over(quorum: Quorum, key: bytes, token: bytes, taker: Taker) -> Votes:
+async def _hand_over(quorum: Quorum, key: bytes, token: bytes, taker: Taker, line: Line) -> Votes:
     """The handoff itself: one script per node, then the outcome to the waiter."""
     attempt = await quorum.acquire(
         key,
         taker.token,
         taker.ttl,
         script=PASS_ON_SCRIPT,
-        more_args=(token,),
+        more_keys=line[:1],
+        more_args=(token, *line[1:]),
         # The waiter falls back to an attempt of its own: others need not try.
         cleanup=(RELEASE_EITHER_SCRIPT, (), (token, NOT_FREE)),
     )
@@ -117,6 +137,16 @@ async def _hand_over(quorum: Quorum, key: bytes, token: bytes, taker: Taker) -> 
         # The waiter left meanwhile: nobody takes the lock after all.
         await quorum.release(key, taker.token)
     return attempt.votes
+
+
+def others_in_line(votes: Votes) -> bool:
+    """Whether another process is in the name's turn queue, by a handoff's replies.
+
+    Yes when a node that took the handoff (``PASS_ON`` with the turn queue) says so,
+    and when none says (see Waiting.released).
+    """
+    said = [r[2] for r in votes.replies if type(r) is list and r[0] == 1 and len(r) > 2]
+    return not said or any(said)
 
 
 def _give_back(quorum: Quorum, key: bytes, token: bytes) -> None:

@@ -347,7 +347,9 @@ class Lock(BaseHandle):
         local = waiting.released(queue, pass_on=passes_on and can_pass_on(quorum))
         if isinstance(local, bool):
             return await self._release_votes(token, local=local)
-        return await pass_on(quorum, self._key, token, local)
+        votes = await pass_on(quorum, self._key, token, local, waiting.line(queue))
+        waiting.line_seen(queue, votes)
+        return votes
 
     async def _release_votes(self, token: bytes, *, local: bool = False) -> Votes:
         return await self._engine.release(self._key, token, local=local)

@@ -18,7 +18,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 import hiredis
 from redis.crc import key_slot
@@ -44,7 +44,21 @@ from ._redis import error_from_reply
 if TYPE_CHECKING:
     from ._cluster import Address, ClusterNode
 
-__all__ = ["ClusterSubscriber", "Subscriber"]
+__all__ = ["ClusterSubscriber", "Listener", "Subscriber"]
+
+
+class Listener(Protocol):
+    """Pub/sub on one node (:class:`Subscriber`, or :class:`ClusterSubscriber`)."""
+
+    @property
+    def refused(self) -> Exception | None: ...
+
+    def subscribe(self, channel: bytes) -> asyncio.Future[None]: ...
+
+    def unsubscribe(self, channel: bytes) -> None: ...
+
+    async def aclose(self) -> None: ...
+
 
 #: After pub/sub was refused by a node, how long before a new subscription tries again.
 PUBSUB_RETRY: Final = 30.0

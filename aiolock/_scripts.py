@@ -260,10 +260,13 @@ return 0
 # The release that passes the lock to a waiter of the same process: one script per
 # node instead of a release and an acquire (see _handoff.py). Nothing is published:
 # the lock is not free for anyone else.
-# KEYS[1] lock key, KEYS[2] its fencing counter
+# KEYS[1] lock key, KEYS[2] its fencing counter, KEYS[3] (optional) its turn queue
 # ARGV[1..4] as for ACQUIRE, for the waiter (its token, ttl, ...); ARGV[5] the old token
-# returns {1, fence} when the key held the old token and now holds the waiter's (with
-#         a fresh ttl and the next fencing token, as ACQUIRE would); else
+# ARGV[6] (with KEYS[3]) the releasing process's member in the turn queue
+# returns {1, fence, others} when the key held the old token and now holds the
+#         waiter's (with a fresh ttl and the next fencing token, as ACQUIRE would);
+#         others: 1 when another process is in the turn queue, else 0 (see
+#         Waiting.released); else
 #         {0, pttl, holder's first 8 bytes}: the old holder's key is gone (pttl -2)
 #         or held by another token, and nothing was changed.
 PASS_ON = (
@@ -274,7 +277,14 @@ if holder == ARGV[5] then
 """
     + FENCE
     + b"""\
-return {1, fence}
+local others = 0
+if KEYS[3] then
+    local line = redis.call('zrange', KEYS[3], 0, 1)
+    if #line == 2 or (#line == 1 and line[1] ~= ARGV[6]) then
+        others = 1
+    end
+end
+return {1, fence, others}
 end
 if not holder then
     return {0, -2}

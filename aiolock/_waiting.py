@@ -45,26 +45,14 @@ from typing import Any, Final, Protocol, TypeVar
 import anyio
 
 from ._cluster import ClusterNode
-from ._handoff import Taker
-from ._keys import release_channel
-from ._pubsub import ClusterSubscriber, Subscriber
+from ._handoff import Line, Taker, others_in_line
+from ._keys import release_channel, turn_keys
+from ._pubsub import ClusterSubscriber, Listener, Subscriber
 from ._scripts import NOT_FREE
 from ._turns import Entry, Turns
+from ._votes import Votes
 
 __all__ = ["Outcome", "Waiting"]
-
-
-class Listener(Protocol):
-    """Pub/sub on one node (:class:`Subscriber`, or :class:`ClusterSubscriber`)."""
-
-    @property
-    def refused(self) -> Exception | None: ...
-
-    def subscribe(self, channel: bytes) -> asyncio.Future[None]: ...
-
-    def unsubscribe(self, channel: bytes) -> None: ...
-
-    async def aclose(self) -> None: ...
 
 
 class _HasSpec(Protocol):
@@ -95,12 +83,16 @@ POLL_INTERVAL: Final = 0.1
 #: Most handoffs in a row to a waiter of the same process before waiters of other
 #: processes get an equal chance (see Waiting.released).
 LOCAL_STREAK: Final = 4
+#: The same when the last handoff found no other process in the turn queue: a release
+#: then only lets in processes that wait without taking turns (see Waiting.released).
+LONE_STREAK: Final = 32
 
 
 class _Queue:
     """The tasks of this process waiting for one name."""
 
     __slots__ = (
+        "alone",
         "channels",
         "entries",
         "entry",
@@ -124,6 +116,8 @@ class _Queue:
         self.subscribed = False
         # Handoffs in a row to a waiter of this process (see Waiting.released).
         self.local_streak = 0
+        # The last handoff found no other process in the name's turn queue.
+        self.alone = False
         # A release told other processes that a waiter of ours takes the lock, and
         # none has taken it since.
         self.promised = False
@@ -178,13 +172,16 @@ class Waiting:
         lose the race, do not try. Should no local waiter take it after all (they
         all left first), the last one to leave announces the lock as free.
 
+        After a handoff that found no other process in the turn queue, the streak is
+        ``LONE_STREAK`` long: its end lets in processes that wait out of line.
+
         ``pass_on``: the caller can pass the lock on in one script (a plain lock). When
         the head sleeps, it is claimed and returned (see :class:`Taker`).
         """
         queue = self._queues.get(key)
         if queue is None:
             return False
-        if queue.local_streak < LOCAL_STREAK:
+        if queue.local_streak < (LONE_STREAK if queue.alone else LOCAL_STREAK):
             queue.local_streak += 1
             queue.promised = True
             queue.wake.set()
@@ -195,6 +192,17 @@ class Waiting:
             return True
         queue.local_streak = 0
         return False
+
+    def line(self, key: bytes) -> Line:
+        """``key``'s turn queue and our member in it, for a handoff (none: no turns)."""
+        turns = self._turns
+        return () if turns is None else (turn_keys(key)[0], turns.member)
+
+    def line_seen(self, key: bytes, votes: Votes) -> None:
+        """A handoff of ``key`` said whether other processes are in its turn queue."""
+        queue = self._queues.get(key)
+        if queue is not None and self._turns is not None:
+            queue.alone = not others_in_line(votes)
 
     def place(self, key: bytes) -> tuple[bytes, ...]:
         """Our place in ``key``'s turn queue, as a release's argument (none: not in it)."""
@@ -297,7 +305,7 @@ class Waiting:
                     await queue.wake.wait()
         finally:
             if offer is not None:
-                self._drop_offer(offer)
+                offer.drop()
             self._leave(key, queue, turn, taken)
 
     @staticmethod
@@ -310,19 +318,6 @@ class Waiting:
             return await attempt()
         finally:
             offer.busy = False
-
-    @staticmethod
-    def _drop_offer(offer: Taker) -> None:
-        """A waiter leaves: nothing may stay passed to it (it was cancelled)."""
-        future = offer.future
-        if not future.done():
-            future.cancel()  # a handoff in flight is given back (see pass_on)
-        elif (
-            not future.cancelled()
-            and future.result().expires_at is not None
-            and offer.on_dropped is not None
-        ):
-            offer.on_dropped()  # passed, but we were cancelled before taking it
 
     def _leave(
         self, key: bytes, queue: _Queue, turn: asyncio.Future[float | None], taken: float | None

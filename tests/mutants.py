@@ -82,8 +82,8 @@ MUTANTS = [
     ),
     Mutant(
         "a lock passed to a waiter cancelled before it woke stays held",
-        "aiolock/_waiting.py",
-        "            offer.on_dropped()  # passed",
+        "aiolock/_handoff.py",
+        "            self.on_dropped()  # passed",
         "            pass  # passed",
         ("tests/test_waiting.py",),
     ),
@@ -353,6 +353,20 @@ MUTANTS = [
         "            more_args=self.waiting.place(key),",
         "            more_args=(),",
         ("tests/test_turns.py",),
+    ),
+    Mutant(
+        "a handoff never sees another process in line (streaks of LONE_STREAK for all)",
+        "aiolock/_scripts.py",
+        "        others = 1\n",
+        "        others = 0\n",
+        ("tests/test_turns.py",),
+    ),
+    Mutant(
+        "a process alone in line passes the lock on for ever",
+        "aiolock/_waiting.py",
+        "LONE_STREAK: Final = 32",
+        "LONE_STREAK: Final = 10**9",
+        ("tests/test_waiting.py",),
     ),
     # mutmut's survivors in _renewal.py, pinned by a test outside its selection.
     Mutant(

@@ -442,6 +442,66 @@ async def test_a_local_handoff_is_one_script_per_node(
     assert await elsewhere(locks.lock(name, ttl=5).acquire(timeout=0))
 
 
+async def _sections(
+    locks: LockManager, name: str, tasks: int, each: int, done: asyncio.Event | None = None
+) -> list[tuple[float, int]]:
+    """``tasks`` tasks of ``locks`` take ``name`` in turn, ``each`` times (or, given
+    ``done``, until it is set); returns each section's (start, task)."""
+    sections: list[tuple[float, int]] = []
+
+    async def task(i: int) -> None:
+        lock = locks.lock(name, ttl=10, auto_renew=False)
+        for _ in range(each):
+            if done is not None and done.is_set():
+                return
+            assert await lock.acquire(timeout=20)
+            sections.append((time.monotonic(), i))
+            await asyncio.sleep(0)
+            await lock.release()
+
+    await asyncio.gather(*(task(i) for i in range(tasks)))
+    return sections
+
+
+async def test_a_process_alone_in_line_passes_the_lock_on_without_releasing_it(
+    locks: LockManager, clients: list[redis.Redis], name: str, turn_scripts: TurnScripts
+) -> None:
+    # Nobody else waits (the turn queue says so, issue 17): the lock goes from task to
+    # task of this process in one script per node, LONE_STREAK times before a release
+    # lets in a process that waits without being in line. With LOCAL_STREAK's 4 (as when
+    # others are in line), every fifth handoff would be a release and an attempt: 6.0
+    # scripts per section on 5 nodes.
+    turn_scripts.watch(locks)
+    for client in clients:
+        await client.config_resetstat()
+    sections = await _sections(locks, name, tasks=8, each=25)
+    assert len(sections) == 200
+    per_section = await _calls(clients, turn_scripts) / len(sections)
+    assert per_section <= 5.5, per_section
+
+
+async def test_a_waiter_not_in_line_gets_the_lock_from_a_process_alone_in_line(
+    urls: list[str], name: str
+) -> None:
+    # A process that waits without taking turns (one whose manager has none: a Redis
+    # Cluster's, or an older aiolock's) is not in the turn queue: the local handoffs of
+    # a process alone in line stop after LONE_STREAK, and it gets its chance.
+    async with LockManager(urls) as busy, LockManager(urls) as outside:
+        outside._engine.turns = None
+        outside._engine.waiting._turns = None
+        done = asyncio.Event()
+        running = asyncio.create_task(_sections(busy, name, tasks=4, each=100_000, done=done))
+        try:
+            await asyncio.sleep(0.3)
+            assert not running.done()
+            lock = outside.lock(name, ttl=10, auto_renew=False)
+            assert await lock.acquire(timeout=10)
+            await lock.release()
+        finally:
+            done.set()
+            await running
+
+
 async def test_a_handoff_without_a_quorum_is_cleaned_up_and_the_waiter_tries_itself(
     locks: LockManager, clients: list[redis.Redis], name: str
 ) -> None:
@@ -475,6 +535,32 @@ async def test_a_waiter_cancelled_during_a_handoff_leaves_nothing_held(
         await other.release()
 
 
+async def test_a_handoff_says_whether_another_process_is_in_the_turn_queue(
+    clients: list[redis.Redis], name: str
+) -> None:
+    client, lock_key, fence_key = clients[0], key(name), key(name) + ":fence"
+    turns = lock_key + ":turns"
+    args = [b"new", 20_000, 60_000, 1_000, b"old", b"ours"]
+    try:
+        for line, others in (
+            ({}, 0),
+            ({b"ours": 1}, 0),
+            ({b"theirs": 1}, 1),
+            ({b"ours": 1, b"theirs": 2}, 1),
+            ({b"theirs": 1, b"ours": 2}, 1),
+            ({b"a": 1, b"b": 2, b"ours": 3}, 1),
+        ):
+            await client.delete(turns)
+            if line:
+                await client.zadd(turns, line)
+            await client.set(lock_key, b"old", px=5000)
+            reply = await client.eval(_scripts.PASS_ON, 3, lock_key, fence_key, turns, *args)
+            assert reply[0] == 1 and reply[2] == others, (line, reply)
+            assert await client.zcard(turns) == len(line)  # only read
+    finally:
+        await client.delete(lock_key, fence_key, turns)
+
+
 async def test_the_handoff_scripts_touch_only_the_tokens_they_are_given(
     clients: list[redis.Redis], name: str
 ) -> None:
@@ -495,7 +581,7 @@ async def test_the_handoff_scripts_touch_only_the_tokens_they_are_given(
         await client.set(lock_key, b"old", px=5000)
         await client.set(fence_key, 5_000)
         reply = await client.eval(_scripts.PASS_ON, 2, lock_key, fence_key, *args, b"old")
-        assert reply == [1, 5_001]
+        assert reply == [1, 5_001, 0]  # (no turn queue given: no other process said)
         assert await client.get(lock_key) == b"new"
         assert 15_000 < await client.pttl(lock_key) <= 20_000
         # RELEASE_EITHER: either token, never a third.
