@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -18,6 +20,25 @@ from aiolock._bench._common import evalsha_calls
 from aiolock.testing import Server, Servers, redis_servers
 
 T = TypeVar("T")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under mutmut, run a mutant's tests fastest first.
+
+    mutmut passes the tests that cover a mutant as an unordered set and stops at the
+    first failure (``-x``): a mutant that a 0.1 s test kills could first wait for 30 s
+    of renewal tests. Sorting by the durations of mutmut's own clean run (its
+    ``mutmut-stats.json``, in the directory the tests run from) changes no test, only
+    how soon the killing one runs. Outside mutmut (no mutant named) nothing changes.
+    """
+    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+        return
+    try:
+        with open("mutmut-stats.json") as f:
+            durations: dict[str, float] = json.load(f)["duration_by_test"]
+    except (OSError, ValueError, KeyError):
+        return
+    items.sort(key=lambda item: durations.get(item.nodeid, float("inf")))
 
 
 @pytest.fixture(autouse=True)
