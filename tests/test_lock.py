@@ -577,3 +577,21 @@ def test_two_extensions_in_flight_leave_the_earlier_expiry_whatever_the_order() 
     before = hold.expires_at
     settle(hold, hold.begin_extension(), start, 1.0, won=True)
     assert hold.expires_at == before
+
+
+async def test_repr_shows_name_ttl_and_whether_held_never_the_token(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    lock = locks.lock(name, ttl=7.5)
+    assert repr(lock) == f"<Lock {name!r} ttl=7.5 not held>"
+    assert await lock.acquire()
+    await settled_keys(clients, name, [True] * 5)  # node 0's request may land last
+    token = await clients[0].get(key(name))
+    assert token is not None
+    shown = repr(lock)
+    assert shown.startswith(f"<Lock {name!r} ttl=7.5 held, ")
+    left = float(shown.removeprefix(f"<Lock {name!r} ttl=7.5 held, ").removesuffix("s left>"))
+    assert 6.0 < left <= 7.5
+    assert token.hex() not in shown
+    await lock.release()
+    assert repr(lock) == f"<Lock {name!r} ttl=7.5 not held>"

@@ -511,3 +511,67 @@ async def test_every_holder_is_told_a_guard_before_its_validity_ends(
         if margin < _guard(ttl) / 2
     }
     assert not late, f"told less than guard/2 before validity ended: {late}"
+
+
+# -- repair: a minority that lost the key gets it back (issue 15; in mutmut's selection) ---
+
+
+async def test_a_renewal_that_wins_puts_the_key_back_where_a_minority_lost_it(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    # As after a restart empty, without one: node 0 lost the key and its counter,
+    # node 1 holds someone else's key. A renewal still wins on nodes 2-4; it gives
+    # node 0 our key (its ttl the lock's) and our fencing token, and leaves node 1's.
+    ttl = 1.5
+    async with locks.lock(name, ttl=ttl) as lock:
+        fence = lock.fencing_token
+        assert fence is not None
+        ours = await clients[2].get(key(name))
+        assert ours is not None
+        fence_key = f"{key(name)}:fence"
+        await clients[0].delete(key(name), fence_key)
+        await clients[1].set(key(name), b"someone-else", px=10_000)
+        await asyncio.sleep(ttl / 3 * 2.5)  # two renewals
+        assert lock.owned
+        held = [await c.get(key(name)) for c in clients]
+        assert held == [ours, b"someone-else", ours, ours, ours], held
+        assert 0 < await clients[0].pttl(key(name)) <= ttl * 1000
+        assert int(await clients[0].get(fence_key) or 0) == fence
+        # The counter outlives the lock, as every acquire's does (see _fencing.py).
+        assert await clients[0].pttl(fence_key) > 100 * ttl * 1000 - 5_000
+        # Renewed, not only re-created: the repaired key's ttl is refreshed too.
+        await asyncio.sleep(ttl)
+        assert 0 < await clients[0].pttl(key(name)) <= ttl * 1000
+        assert lock.owned
+
+
+async def test_a_repair_leaves_a_higher_counter_as_it_is(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    # A node whose counter went on (a later holder's acquisition reached it) keeps it:
+    # repair only ever raises a counter.
+    async with locks.lock(name, ttl=1.2) as lock:
+        fence = lock.fencing_token
+        assert fence is not None
+        fence_key = f"{key(name)}:fence"
+        await clients[0].delete(key(name))
+        await clients[0].set(fence_key, fence + 1000)
+        await asyncio.sleep(1.0)
+        assert await clients[0].get(key(name)) == await clients[1].get(key(name))
+        assert int(await clients[0].get(fence_key) or 0) == fence + 1000
+
+
+async def test_a_read_lock_is_not_repaired(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    # A reader is also a member of the readers' set: re-creating its key alone would
+    # not make it a reader again, so the renewal leaves a node that lost it alone.
+    async with locks.rwlock(name, ttl=1.2).read() as reader:
+        before = [sorted(await c.keys(f"*{name}*")) for c in clients]
+        assert before[0], "the read lock keeps keys on the nodes"
+        for k in before[0]:
+            await clients[0].delete(k)
+        await asyncio.sleep(1.0)  # two renewals
+        assert reader.owned
+        assert await clients[0].keys(f"*{name}*") == []
+        assert [sorted(await c.keys(f"*{name}*")) for c in clients[1:]] == before[1:]
