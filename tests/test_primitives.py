@@ -150,6 +150,22 @@ async def test_semaphore_slot_lost_cancels_body(
     assert time.monotonic() - deleted_at < 2.5
 
 
+async def test_a_failed_semaphore_attempt_leaves_no_slot_and_no_note_behind(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    # Slot 0 of a semaphore of 1 is held on nodes 0-2 by someone else: an attempt takes
+    # it on nodes 3 and 4 only, fails, and must give back both the slot's key and what
+    # those nodes noted of it (the clean-up's script needs the notes' key too).
+    slot = f"{key(name)}:slot:0"
+    for client in clients[:3]:
+        await client.set(slot, b"someone-else", px=10_000)
+    sem = locks.semaphore(name, 1, ttl=5)
+    assert await sem.acquire(timeout=0) is False
+    await asyncio.sleep(0.2)  # the clean-up's requests have landed everywhere
+    assert [await c.get(slot) for c in clients] == [b"someone-else"] * 3 + [None] * 2
+    assert [await c.zscore(f"{key(name)}:slots", "0") for c in clients[3:]] == [None, None]
+
+
 async def test_semaphore_outage_raises_quorum_error(servers: Servers, name: str) -> None:
     async with LockManager(servers) as locks:
         for server in servers.servers[:3]:
