@@ -16,6 +16,7 @@ from aiolock._ticket import Ticket, encode_ticket
 from aiolock.testing import Server, Servers
 
 from .conftest import key
+from .faults import proxies
 
 
 async def test_a_detached_lock_stays_held_and_the_handle_lets_go(
@@ -82,7 +83,11 @@ async def test_a_ticket_works_once(locks: LockManager, name: str) -> None:
     assert await lock.acquire()
     ticket = lock.detach()
     first = await locks.attach(ticket)
-    with pytest.raises(LockNotOwned, match="already attached"):
+    with pytest.raises(
+        LockNotOwned,
+        match=r"^lock '[^']+': the ticket's lock is not held any more \(expired, released, "
+        r"taken over, or the ticket was already attached\)$",
+    ):
         await locks.attach(ticket)
     assert first.owned  # the failed second attach did not disturb the first
     await first.release()
@@ -234,3 +239,24 @@ async def test_an_attached_lock_is_held_by_the_attaching_task_like_an_acquired_o
     again = locks.lock(name)
     assert await again.acquire(timeout=0)
     await again.release()
+
+
+async def test_a_fresh_manager_connects_before_it_attaches(
+    locks: LockManager, urls: list[str], name: str
+) -> None:
+    # The worker that receives a ticket often has a manager that never connected (no
+    # `async with`), and connecting takes longer than node_timeout: the attach must
+    # wait for the connections, not count every node as a failed vote.
+    lock = locks.lock(name, ttl=10)
+    assert await lock.acquire()
+    ticket = lock.detach()
+    async with proxies(urls) as slow:
+        for proxy in slow:
+            proxy.accept_delay = 0.3
+        worker = LockManager([p.url for p in slow], node_timeout=0.1)
+        try:
+            taken = await worker.attach(ticket, auto_renew=False)
+            assert taken.owned
+            await taken.release()
+        finally:
+            await worker.aclose()
