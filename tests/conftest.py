@@ -7,6 +7,7 @@ import functools
 import json
 import math
 import os
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -23,6 +24,26 @@ from aiolock.testing import Server, Servers, redis_servers
 T = TypeVar("T")
 
 
+def _under_a_mutant() -> bool:
+    return "__mutmut_" in os.environ.get("MUTANT_UNDER_TEST", "")
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Under mutmut, a failed test decides the verdict: do not wait forever to exit.
+
+    A mutant that leaves a vote undecided also hangs the event loop's shutdown (its
+    last task waits, shielded, for the vote), and neither pytest-timeout nor mutmut's
+    CPU-time limit covers that; mutmut's wall-clock limit is three times the duration
+    of every test of the function (up to a quarter of an hour). After the first
+    failure the run has 30 s to end, then exits with pytest's "tests failed" status.
+    (The test servers die with this process: see ``aiolock.testing``.)
+    """
+    if report.failed and _under_a_mutant():
+        watchdog = threading.Timer(30.0, os._exit, args=(1,))
+        watchdog.daemon = True
+        watchdog.start()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Under mutmut, run a mutant's tests fastest first, each with a timeout of its own.
 
@@ -36,7 +57,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     60 s that the slowest test needs (a hang fails the test: the mutant is detected).
     Outside mutmut (no mutant named) nothing changes.
     """
-    if "__mutmut_" not in os.environ.get("MUTANT_UNDER_TEST", ""):
+    if not _under_a_mutant():
         return
     try:
         with open("mutmut-stats.json") as f:
