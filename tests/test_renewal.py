@@ -386,7 +386,9 @@ async def test_a_failing_renewal_retries_every_retry_interval_not_in_a_loop(
             await client.config_resetstat()
         await asyncio.sleep(2.0)  # renewals due at 1 s (ttl / 3), then 1.3, 1.6, 1.9 s
         tries = await scripts_run(healthy)
-        assert all(2 <= n <= 8 for n in tries), tries
+        # (At least 3, 4 measured: a pace of half the time left, as if retry_interval
+        # were long, makes 2 tries in these 2 s: at 1 s and about 1.9 s.)
+        assert all(3 <= n <= 8 for n in tries), tries
         assert lock.lost is None  # its validity (about 2.8 s) has not run out yet
         with contextlib.suppress(LockLost, QuorumError):
             await lock.release()
