@@ -8,7 +8,7 @@ import time
 import pytest
 import redis.asyncio as redis
 
-from aiolock import LockLost, LockManager
+from aiolock import LockLost, LockManager, LockNotOwned
 
 from .conftest import elsewhere, key, settled_keys
 
@@ -154,3 +154,24 @@ async def test_released_names_are_forgotten_by_the_task_bookkeeping(
     assert len(holds[task]) == 2
     await many.release()
     assert holds[task] == {}
+
+
+async def test_an_inner_level_that_finds_the_lock_expired_leaves_only_its_own_level(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    # Without renewal the shared acquisition expires. The inner level's extend() finds
+    # it so: it gives up its level only. The outer level still holds its part (and
+    # learns of the expiry at its own release); the nodes are cleaned with the last.
+    outer = locks.lock(name, ttl=0.3, auto_renew=False, reentrant=True)
+    inner = locks.lock(name, ttl=0.3, auto_renew=False, reentrant=True)
+    assert await outer.acquire()
+    assert await inner.acquire()
+    await asyncio.sleep(0.4)
+    with pytest.raises(LockNotOwned, match="had expired"):
+        await inner.extend()
+    with pytest.raises(LockNotOwned, match="had expired before release"):
+        await outer.release()
+    # Nothing is left of either level: the task may take the name again.
+    again = locks.lock(name, ttl=5)
+    assert await again.acquire(timeout=0)
+    await again.release()
