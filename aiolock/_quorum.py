@@ -364,15 +364,14 @@ class Quorum:
 
         Waits for every node, or ``budget`` seconds (default ``node_timeout``: a big batch
         takes a node longer than one small request); never cancelled midway. The
-        caller derives each lock's outcome from the counts, from ``start``.
+        caller derives each lock's outcome from the counts, and its validity from when it
+        called (the requests are written before the first await).
         """
         timeout = self.node_timeout if budget is None else budget
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         chunks = batch_chunks([len(key) + len(token) for key, token, _ttl in items])
-        batch = BatchVotes(
-            len(items), n=self.n, chunks=len(chunks), start=self.clock(), waiter=waiter
-        )
+        batch = BatchVotes(len(items), n=self.n, chunks=len(chunks), waiter=waiter)
         if not chunks:
             return batch
         timer = loop.call_later(timeout, batch.expire, self.nodes, chunks, timeout)

@@ -240,7 +240,6 @@ class BatchVotes:
         "failed",
         "missing",
         "no",
-        "start",
         "waiter",
         "yes",
     )
@@ -251,10 +250,8 @@ class BatchVotes:
         *,
         n: int,
         chunks: int,
-        start: float,
         waiter: asyncio.Future[None],
     ) -> None:
-        self.start = start
         self._n = n
         self._quorum = quorum_size(n)
         self.yes = [0] * m
