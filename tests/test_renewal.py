@@ -16,6 +16,7 @@ from aiolock import LockLost, LockManager, LockNotOwned, QuorumError
 from aiolock.testing import Server, Servers
 
 from .conftest import key, scripts_run
+from .faults import Mode, proxies
 
 
 async def _commandstat(clients: list[redis.Redis], command: str) -> list[int]:
@@ -515,6 +516,30 @@ async def test_every_holder_is_told_a_guard_before_its_validity_ends(
         if margin < _guard(ttl) / 2
     }
     assert not late, f"told less than guard/2 before validity ended: {late}"
+
+
+# -- the batch budget: renewal is not latency-bound ------------------------------------------
+
+
+async def test_a_slow_majority_still_renews_within_the_batch_budget(
+    urls: list[str], name: str
+) -> None:
+    # Every node answers, but slower than node_timeout: 0.12 s each way through the
+    # proxies, against node_timeout 0.1. A renewal batch may wait up to ttl / 6 (0.5 s
+    # here), so the lock stays held past its first validity; a batch held to
+    # node_timeout would fail every renewal and lose it.
+    async with (
+        proxies(urls) as slow,
+        LockManager([p.url for p in slow], node_timeout=0.1) as locks,
+        locks.lock(name, ttl=3.0) as lock,
+    ):
+        for proxy in slow:
+            proxy.delay, proxy.mode = 0.12, Mode.DELAY
+        await asyncio.sleep(3.5)
+        assert lock.owned
+        assert lock.lost is None
+        for proxy in slow:
+            proxy.mode = Mode.PASS
 
 
 # -- repair: a minority that lost the key gets it back (issue 15; in mutmut's selection) ---
