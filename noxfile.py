@@ -166,8 +166,8 @@ def mutants(session: nox.Session) -> None:
     """Mutation testing of the safety modules: named mutants, then mutmut (long).
 
     `nox -s mutants` runs both; `nox -s mutants -- named` only the named mutants (a few
-    minutes), `nox -s mutants -- mutmut` only mutmut (hours: it runs the covering tests
-    of every mutant). Results and the last scores: docs/project/testing.md.
+    minutes), `nox -s mutants -- mutmut` only mutmut (about an hour: it runs the covering
+    tests of every mutant, fastest first; see tests/conftest.py). Results and the last scores: docs/project/testing.md.
     """
     session.install("-e", ".[test]", "mutmut>=3.3")
     parts = session.posargs or ["named", "mutmut"]
@@ -179,7 +179,9 @@ def mutants(session: nox.Session) -> None:
         # mutmut finds no test for any mutant. Its dependencies stay.
         session.run("python", "-m", "pip", "uninstall", "-y", "aiolock")
         try:
-            session.run("mutmut", "run", "--max-children", "2")
+            # Eight at a time on 2 cores: the tests mostly wait for ttls and timers (two
+            # children left the machine idle; eight keep its load about 2).
+            session.run("mutmut", "run", "--max-children", "8")
             session.run("mutmut", "results")
         finally:
             session.install("-e", ".")
