@@ -542,6 +542,44 @@ async def test_a_slow_majority_still_renews_within_the_batch_budget(
             proxy.mode = Mode.PASS
 
 
+# -- a renewal batch split into several script calls ----------------------------------------
+
+
+async def test_a_renewal_batch_split_into_several_calls_counts_each_reply_for_its_locks(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    # 40 locks with 3,000-byte names: about 120 KB of keys, so each renewal goes out as
+    # two script calls per node (at most 64 KB each). Each call's reply must be counted
+    # for its own locks: every lock stays held, and when 3 of 5 nodes die each loss
+    # names 3 failed nodes, not a count of both calls' failures.
+    async with LockManager(servers, node_timeout=0.1) as locks:
+        held = [locks.lock(f"{name}-{i:02d}".ljust(3000, "x"), ttl=1.2) for i in range(40)]
+        # Acquired together, renewed together: one batch of 40 (of two calls a node).
+        assert all(await asyncio.gather(*(one.acquire(timeout=5) for one in held)))
+        await asyncio.sleep(1.6)  # past the first validity: renewed in split batches
+        assert all(one.owned for one in held)
+        # The counts of one such batch, lock by lock (a reply credited to the wrong locks
+        # would be rescued by the retry that follows, at the cost of a script call).
+        # (Someone else's key on node 0 for lock 30: the background renewal leaves it.)
+        assert held[30]._hold is not None
+        await clients[0].set(held[30]._hold.key, b"someone-else")
+        items = [(one._hold.key, one._hold.token, 1.2) for one in held if one._hold]
+        batch = await locks._engine.renewal_quorum.extend_many(items, budget=1.0)
+        assert batch.yes == [5] * 30 + [4] + [5] * 9
+        assert batch.missing == {30: [0]}
+        assert batch.failed == [0] * 40
+        for server in servers.servers[:3]:
+            assert isinstance(server, Server)
+            server.kill()
+        lost = await asyncio.wait_for(asyncio.gather(*(one.wait_lost() for one in held)), 5)
+        for one, loss in zip(held, lost, strict=True):
+            cause = str(loss.__cause__)
+            assert cause.startswith(f"renewal of lock '{one.name[:20]}"), cause
+            assert cause.endswith(" (3000 bytes): 3 of 5 nodes failed"), cause
+            with contextlib.suppress(LockLost, LockNotOwned, QuorumError):
+                await one.release()
+
+
 # -- repair: a minority that lost the key gets it back (issue 15; in mutmut's selection) ---
 
 
