@@ -36,12 +36,19 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     CPU-time limit covers that; mutmut's wall-clock limit is three times the duration
     of every test of the function (up to a quarter of an hour). After the first
     failure the run has 30 s to end, then exits with pytest's "tests failed" status.
-    (The test servers die with this process: see ``aiolock.testing``.)
+    (The test servers die with this process: see ``aiolock.testing``.) The failure is
+    noted in ``mutmut-kills.log`` (``mutants/``): mutant, test, phase, last line.
     """
     if report.failed and _under_a_mutant():
         watchdog = threading.Timer(30.0, os._exit, args=(1,))
         watchdog.daemon = True
         watchdog.start()
+        # Which test killed which mutant, and how (mutmut keeps no test output): a kill
+        # by a test that has nothing to do with the mutation is a flaky test to fix.
+        why = report.longreprtext.strip().splitlines()[-1:] or [""]
+        with open("mutmut-kills.log", "a") as log:
+            mutant = os.environ["MUTANT_UNDER_TEST"]
+            log.write(f"{mutant}\t{report.nodeid}\t{report.when}\t{why[0][:300]}\n")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
