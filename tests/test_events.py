@@ -33,6 +33,9 @@ async def test_events_for_acquire_release_timeout_and_loss(
     released = events[2]
     assert released.name == name
     assert released.seconds >= 0.05
+    # How long each took: an uncontended acquire a moment, the timeout its 0.1 s wait.
+    assert 0.0 <= events[0].seconds < 1.0, events[0]
+    assert 0.1 <= events[1].seconds < 1.0, events[1]
     lost = next(e for e in events if e.kind == "lost")
     assert isinstance(lost.error, LockLost)
     assert lost.name == name
