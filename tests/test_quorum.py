@@ -6,6 +6,7 @@ Pure logic only: every test that touches Redis runs on real servers elsewhere.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -14,7 +15,7 @@ import pytest
 from aiolock._connection import MAX_KEY_ROUNDS
 from aiolock._node import Callback
 from aiolock._quorum import Quorum
-from aiolock._scripts import ACQUIRE_SCRIPT, RELEASE_SCRIPT, Script
+from aiolock._scripts import ACQUIRE_SCRIPT, RAISE_FENCE_SCRIPT, RELEASE_SCRIPT, Script
 from aiolock._votes import BATCH_BYTES, DRIFT_FLOOR, batch_chunks, drift, quorum_size
 
 TAKEN = [1, 0]  # ACQUIRE's reply when the key was set
@@ -289,3 +290,27 @@ async def test_a_node_that_keeps_asking_for_keys_counts_as_held_after_the_bound(
         assert len(asked) == 1 + MAX_KEY_ROUNDS
         # Each round declares the keys the node asked for, once each.
         assert [call.count(b"k:reader") for call in asked] == [0] + [1] * MAX_KEY_ROUNDS
+
+
+async def test_a_fencing_token_no_majority_confirmed_is_not_handed_out() -> None:
+    # Every node grants the lock, but their counters disagree: two are at 100, three
+    # at 50. Token 100 must first be durable on a majority; when raising the three
+    # fails, the attempt does not acquire (a token a majority never saw could be
+    # handed out again to a later holder), and the key is given back everywhere.
+    def answer(counter: int) -> Callable[[tuple[bytes, ...]], Any]:
+        def reply(args: tuple[bytes, ...]) -> Any:
+            if args[1] == ACQUIRE_SCRIPT.sha:
+                return [1, counter]
+            return ConnectionError("the counter could not be raised")
+
+        return reply
+
+    nodes = [FakeNode(f"n{i}", reply=answer(100 if i < 2 else 50)) for i in range(5)]
+    attempt = await make(nodes).acquire(b"k", b"t", 10.0)
+    assert not attempt.acquired
+    assert attempt.fence is None
+    assert all(node.scripts().count("release") == 1 for node in nodes)
+    # The three behind were asked to raise their counter to 100; the two at it were not.
+    raised = [[c for c in node.calls if c[1] == RAISE_FENCE_SCRIPT.sha] for node in nodes]
+    assert [len(calls) for calls in raised] == [0, 0, 1, 1, 1]
+    assert all(calls[0][-2] == b"100" for calls in raised[2:])
