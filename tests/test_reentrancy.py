@@ -180,3 +180,21 @@ async def test_an_inner_level_that_finds_the_lock_expired_leaves_only_its_own_le
     again = locks.lock(name, ttl=5)
     assert await again.acquire(timeout=0)
     await again.release()
+
+
+async def test_every_level_of_a_lost_shared_acquisition_reads_the_loss(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    # The loss is raised out of the outermost `async with` (the inner level's body is
+    # cancelled with it, see above); every handle that shared the acquisition reads
+    # the same loss in `lost`, and its wait_lost() returns it.
+    outer = locks.lock(name, ttl=0.6, reentrant=True)
+    inner = locks.lock(name, ttl=0.6, reentrant=True)
+    with pytest.raises(LockLost) as loss:
+        async with outer, inner:
+            for client in clients:
+                await client.delete(key(name))
+            await asyncio.sleep(5)
+    assert outer.lost is loss.value
+    assert inner.lost is loss.value
+    assert await inner.wait_lost() is loss.value
