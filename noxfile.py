@@ -167,7 +167,8 @@ def mutants(session: nox.Session) -> None:
 
     `nox -s mutants` runs both; `nox -s mutants -- named` only the named mutants (a few
     minutes), `nox -s mutants -- mutmut` only mutmut (about an hour: it runs the covering
-    tests of every mutant, fastest first; see tests/conftest.py). Results and the last scores: docs/project/testing.md.
+    tests of every mutant, fastest first; see tests/conftest.py). Results and the last
+    scores: docs/project/testing.md.
     """
     session.install("-e", ".[test]", "mutmut>=3.3")
     parts = session.posargs or ["named", "mutmut"]
