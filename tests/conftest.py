@@ -10,7 +10,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -172,18 +172,28 @@ async def keys_on(clients: list[redis.Redis], name: str) -> list[bool]:
     return [bool(await c.exists(key(name))) for c in clients]
 
 
-async def settled_keys(clients: list[redis.Redis], name: str, expected: list[bool]) -> list[bool]:
-    """``keys_on`` once it equals ``expected``, or after 2 s.
+async def settled(read: Callable[[], Awaitable[T]], done: Callable[[T], bool]) -> T:
+    """What ``read()`` returns once ``done`` accepts it, or after 2 s.
 
-    acquire() and release() return once a quorum answered; the requests to the
-    other nodes land a moment later.
+    acquire(), release() and attach() return once a quorum answered; the requests to
+    the other nodes land a moment later.
     """
     deadline = time.monotonic() + 2.0
     while True:
-        found = await keys_on(clients, name)
-        if found == expected or time.monotonic() > deadline:
+        found = await read()
+        if done(found) or time.monotonic() > deadline:
             return found
         await asyncio.sleep(0.01)
+
+
+async def settled_keys(clients: list[redis.Redis], name: str, expected: list[bool]) -> list[bool]:
+    """``keys_on`` once it equals ``expected``, or after 2 s (see :func:`settled`)."""
+    return await settled(lambda: keys_on(clients, name), expected.__eq__)
+
+
+async def tokens_on(clients: list[redis.Redis], name: str) -> list[bytes | None]:
+    """The lock's value (its holder's token) on each server."""
+    return [await c.get(key(name)) for c in clients]
 
 
 class TurnScripts:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sys
-import time
-from collections.abc import Callable
 
 import anyio
 import pytest
@@ -15,7 +13,7 @@ from aiolock import LockManager, LockNotOwned, QuorumError
 from aiolock._ticket import Ticket, encode_ticket
 from aiolock.testing import Server, Servers
 
-from .conftest import key
+from .conftest import key, settled, tokens_on
 from .faults import proxies
 
 
@@ -40,18 +38,6 @@ async def test_a_detached_lock_stays_held_and_the_handle_lets_go(
         lock.detach()  # nothing left to hand over
 
 
-async def _settled_tokens(
-    clients: list[redis.Redis], name: str, done: Callable[[list[bytes | None]], bool]
-) -> list[bytes | None]:
-    """The key's value on each node once ``done`` says so, or after 2 s."""
-    deadline = time.monotonic() + 2.0
-    while True:
-        tokens = [await c.get(key(name)) for c in clients]
-        if done(tokens) or time.monotonic() > deadline:
-            return tokens
-        await asyncio.sleep(0.01)
-
-
 async def test_another_manager_attaches_with_the_same_fencing_token_and_renews(
     urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:
@@ -59,7 +45,7 @@ async def test_another_manager_attaches_with_the_same_fencing_token_and_renews(
         lock = web.lock(name, ttl=1.0)
         assert await lock.acquire()
         fence = lock.fencing_token
-        old = (await _settled_tokens(clients, name, lambda tokens: None not in tokens))[0]
+        old = (await settled(lambda: tokens_on(clients, name), lambda t: None not in t))[0]
         assert old is not None
         ticket = lock.detach()
         await asyncio.sleep(0.5)  # no renewal: half the validity is gone
@@ -70,7 +56,7 @@ async def test_another_manager_attaches_with_the_same_fencing_token_and_renews(
         assert 0.8 < taken.remaining() <= 1.0  # counted from the attach
         # attach() returns once a quorum took the new token; the other nodes' requests
         # land a moment later (seen under mutmut's slower stats run).
-        new = await _settled_tokens(clients, name, lambda tokens: old not in tokens)
+        new = await settled(lambda: tokens_on(clients, name), lambda t: old not in t)
         assert old not in new  # the key now holds the new handle's token
         await asyncio.sleep(1.5)  # renewed in the background past the ttl
         assert taken.owned
