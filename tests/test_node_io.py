@@ -1,0 +1,77 @@
+"""Node I/O on real servers: requests of one loop iteration share a write, and keep
+their whole ``node_timeout`` however long the iteration runs (see ``_node.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from aiolock import LockManager
+from aiolock._node import Node
+
+
+def _count_writes(manager: LockManager) -> list[int]:
+    """Count, per node, the writes to its connection from now on (a test's wiretap)."""
+    counts = [0] * len(manager._engine.nodes)
+    for i, node in enumerate(manager._engine.nodes):
+        assert isinstance(node, Node)
+        transport = node._transport
+        assert transport is not None
+
+        def counting(
+            data: bytes, i: int = i, write: Callable[[bytes], None] = transport.write
+        ) -> None:
+            counts[i] += 1
+            write(data)
+
+        transport.write = counting  # type: ignore[method-assign,assignment]
+    return counts
+
+
+async def test_requests_of_one_loop_iteration_leave_in_one_write_per_node(
+    urls: list[str], name: str
+) -> None:
+    async with LockManager(urls, restart_grace=0) as locks:
+        counts = _count_writes(locks)
+        handles = [locks.lock(f"{name}:{i}", ttl=10) for i in range(64)]
+        # 64 acquires started in one loop iteration: 64 requests to each node.
+        assert all(await asyncio.gather(*(h.acquire(timeout=5) for h in handles)))
+        # At most one write per 16 requests, and one for the rest: never one each.
+        assert all(count <= 8 for count in counts), counts
+        for handle in handles:
+            assert handle.owned
+        await asyncio.gather(*(h.release() for h in handles))
+
+
+async def test_a_lone_request_is_written_in_the_same_loop_iteration(
+    urls: list[str], name: str
+) -> None:
+    async with LockManager(urls, restart_grace=0) as locks:
+        counts = _count_writes(locks)
+        lock = locks.lock(name, ttl=10)
+        assert await lock.acquire(timeout=0)
+        await lock.release()
+        # An acquire and a release: two writes per node, each written once.
+        assert counts == [2] * len(urls), counts
+
+
+async def test_a_long_loop_iteration_after_a_request_does_not_eat_its_node_timeout(
+    urls: list[str], name: str
+) -> None:
+    # Two acquires start in one loop iteration: each node writes the first one's
+    # request at once and holds the second's for the iteration's end. The iteration
+    # then blocks for longer than node_timeout (a task hogging the loop). The held
+    # request must still get the whole node_timeout from the moment it is written: a
+    # timer started with it timed out every node (the reason coalescing was once
+    # taken out). node_timeout 200 ms: a generous bound for a reply on a loaded box.
+    loop = asyncio.get_running_loop()
+    async with LockManager(urls, node_timeout=0.2, restart_grace=0) as locks:
+        pair = [locks.lock(f"{name}:{i}", ttl=10) for i in range(2)]
+        for _ in range(3):
+            acquiring = [asyncio.ensure_future(lock.acquire(timeout=0)) for lock in pair]
+            loop.call_soon(time.sleep, 0.3)  # runs right after both first steps
+            assert await asyncio.gather(*acquiring) == [True, True]
+            releasing = [asyncio.ensure_future(lock.release()) for lock in pair]
+            loop.call_soon(time.sleep, 0.3)
+            await asyncio.gather(*releasing)
