@@ -93,6 +93,9 @@ class Node(ReplyReader):
         self._request_timeout = request_timeout
         self._stall_timeout = max(MIN_STALL_TIMEOUT, 20 * request_timeout)
         self._scripts = scripts
+        # The scripts known loaded on the connection (the next one, while none is up):
+        # those loaded when it opens, then each one loaded on first use.
+        self._loaded = {script.sha for script in scripts}
 
         self._pending: deque[_Pending] = deque()
         self._queued: list[_Queued] = []
@@ -152,7 +155,16 @@ class Node(ReplyReader):
         self._send(pack(args), callback, None, args)
 
     def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None:
-        """Run ``script`` with ``args`` (numkeys, keys, argv) via EVALSHA."""
+        """Run ``script`` with ``args`` (numkeys, keys, argv) via EVALSHA.
+
+        A script not loaded on this connection yet is loaded first, on the same
+        ordered connection: an EVALSHA answered NOSCRIPT and retried with EVAL would
+        run after the requests written behind it (a release after the next attempt).
+        """
+        if script.sha not in self._loaded:
+            self._loaded.add(script.sha)
+            load = (b"SCRIPT", b"LOAD", script.source)
+            self._send(pack(load), ignore, None, load)
         self._send(pack((b"EVALSHA", script.sha, *args)), callback, script, args)
 
     def _send(
@@ -352,6 +364,7 @@ class Node(ReplyReader):
     def _reset(self, error: Exception) -> None:
         """Drop the connection and fail every request still waiting for a reply."""
         self._last_error = error
+        self._loaded = {script.sha for script in self._scripts}
         self._detach()
         pending, self._pending = self._pending, deque()
         for callback, _script, _args, _sent in pending:

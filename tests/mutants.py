@@ -379,6 +379,24 @@ MUTANTS = [
             "test_a_majority_slower_than_node_timeout_but_within_the_budget_keeps_the_lock",
         ),
     ),
+    # Node I/O (issue 17's coalescing): the order a node runs requests in, and their time.
+    Mutant(
+        "a script first used on a connection is not loaded before it",
+        "aiolock/_node.py",
+        "        if script.sha not in self._loaded:",
+        "        if False:",
+        (
+            "tests/test_node_io.py",
+            "tests/test_primitives.py::test_semaphore_waiter_is_woken_by_a_release",
+        ),
+    ),
+    Mutant(
+        "a fan-out's node_timeout counted from before its requests are written",
+        "aiolock/_votes.py",
+        "self._handle: asyncio.Handle = loop.call_soon(self._start, loop, delay, callback, args)",
+        "self._handle: asyncio.Handle = loop.call_later(delay, callback, *args)",
+        ("tests/test_node_io.py",),
+    ),
 ]
 
 

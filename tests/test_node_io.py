@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 from aiolock import LockManager
 from aiolock._node import Node
+from aiolock._scripts import Script
 
 
 def _count_writes(manager: LockManager) -> list[int]:
@@ -75,3 +77,23 @@ async def test_a_long_loop_iteration_after_a_request_does_not_eat_its_node_timeo
             releasing = [asyncio.ensure_future(lock.release()) for lock in pair]
             loop.call_soon(time.sleep, 0.3)
             await asyncio.gather(*releasing)
+
+
+async def test_a_script_first_used_on_a_connection_runs_in_the_order_it_was_written(
+    urls: list[str], name: str
+) -> None:
+    # Scripts that are not loaded when a connection opens (the semaphore's, the
+    # read-write lock's) are loaded on first use. Sent as EVALSHA and retried with EVAL
+    # on NOSCRIPT, the first call ran after the requests written behind it: a
+    # semaphore's release ran after its waiter's attempt, which failed and slept 1 s
+    # (test_semaphore_waiter_is_woken_by_a_release failed about one run in three).
+    setter = Script(b"redis.call('set', KEYS[1], ARGV[1]) return 1")
+    async with LockManager(urls[:1], restart_grace=0) as locks:
+        node = locks._engine.nodes[0]
+        assert isinstance(node, Node)
+        loop = asyncio.get_running_loop()
+        replies: list[asyncio.Future[Any]] = [loop.create_future() for _ in range(3)]
+        node.call_script(setter, (b"1", name.encode(), b"first"), replies[0].set_result)
+        node.call((b"GET", name.encode()), replies[1].set_result)
+        node.call_script(setter, (b"1", name.encode(), b"second"), replies[2].set_result)
+        assert [await reply for reply in replies] == [1, b"first", 1]
