@@ -29,6 +29,7 @@ from ._cluster import ClusterNode
 from ._connection import NodeSpec, ignore
 from ._errors import NodeQuarantined, QuorumError
 from ._events import EventKind, LockEvent, logger
+from ._grants import Grants
 from ._info import LockInfo, summarize
 from ._keys import fence_key, lock_key, turn_keys
 from ._node import Node
@@ -38,12 +39,12 @@ from ._scripts import (
     EXTEND_MANY_SCRIPT,
     INSPECT_SCRIPT,
     NOT_FREE,
-    RELEASE_TURN_SCRIPT,
     REPAIR_SCRIPT,
     SCRIPTS,
     Script,
 )
 from ._tasks import TaskHolds
+from ._turn_scripts import RELEASE_TURN_SCRIPT, TURN_SCRIPTS
 from ._turns import Turns
 from ._votes import Votes
 from ._waiting import Waiting
@@ -83,7 +84,7 @@ class Engine:
         self.node_timeout = node_timeout
         self._hooks = tuple(on_event)
         self.clock: Callable[[], float] = time.monotonic
-        self.nodes = tuple(make_node(spec, node_timeout, SCRIPTS) for spec in specs)
+        self.nodes = tuple(make_node(spec, node_timeout, SCRIPTS + TURN_SCRIPTS) for spec in specs)
         for node in self.nodes:
             if isinstance(node, Node):
                 node.on_identity = self._on_identity
@@ -117,14 +118,17 @@ class Engine:
         self.turns = (
             None
             if any(isinstance(node, ClusterNode) for node in self.nodes)
-            else Turns(self._broadcast)
+            else Turns(self._broadcast, clock=self.clock)
         )
+        #: Locks granted by other processes' releases (see _grants.py).
+        self.grants = None if self.turns is None else Grants(self.quorum)
         self.waiting = Waiting(
             self.nodes,
             clock=self.clock,
             confirm_timeout=max(2 * node_timeout, 0.1),
             announce=self._announce,
             turns=self.turns,
+            grants=self.grants,
         )
         self.closed = False
         #: Whether the first contact with the nodes was made (see :meth:`connect`).
@@ -291,9 +295,11 @@ class Engine:
             return await quorum.release(key, token, more_args=(NOT_FREE,))
         if self.turns is None:
             return await quorum.release(key, token)
+        # The fencing floor, should the release grant the lock to the next in line.
+        floor = b"%d" % int(quorum.wall_clock() * 1_000_000)
         return await quorum.release(
-            key, token, script=RELEASE_TURN_SCRIPT, more_keys=turn_keys(key),
-            more_args=self.waiting.place(key),
+            key, token, script=RELEASE_TURN_SCRIPT, more_keys=(fence_key(key), *turn_keys(key)),
+            more_args=(floor, *self.waiting.release_args(key)),
         )  # fmt: skip
 
     def _broadcast(self, script: Script, args: tuple[bytes, ...]) -> None:

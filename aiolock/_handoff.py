@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from ._quorum import Quorum
     from ._votes import Attempt, Votes
 
-__all__ = ["Line", "Taker", "can_pass_on", "others_in_line", "pass_on"]
+__all__ = ["Line", "Taker", "can_pass_on", "give_back", "others_in_line", "pass_on"]
 
 #: A name's turn queue and this process's member in it, or nothing (no turns).
 Line = tuple[bytes, bytes] | tuple[()]
@@ -132,7 +132,7 @@ async def _hand_over(quorum: Quorum, key: bytes, token: bytes, taker: Taker, lin
         cleanup=(RELEASE_EITHER_SCRIPT, (), (token, NOT_FREE)),
     )
     if attempt.acquired:
-        taker.on_dropped = functools.partial(_give_back, quorum, key, taker.token)
+        taker.on_dropped = functools.partial(give_back, quorum, key, taker.token)
     if not taker.deliver(attempt) and attempt.acquired:
         # The waiter left meanwhile: nobody takes the lock after all.
         await quorum.release(key, taker.token)
@@ -149,11 +149,15 @@ def others_in_line(votes: Votes) -> bool:
     return not said or any(said)
 
 
-def _give_back(quorum: Quorum, key: bytes, token: bytes) -> None:
+def give_back(quorum: Quorum, key: bytes, token: bytes, *, only: int | None = None) -> None:
     """Release ``key`` from ``token``, without waiting (a waiter cancelled too late).
 
     On each node's ordered connection the release goes before any later attempt.
+    ``only``: on that node alone, quietly (the lock is held elsewhere, see _grants.py).
     """
+    if only is not None:
+        quorum.nodes[only].call_script(RELEASE_SCRIPT, (b"1", key, token, NOT_FREE), ignore)
+        return
     args = (b"1", key, token)
     for node in quorum.nodes:
         node.call_script(RELEASE_SCRIPT, args, ignore)

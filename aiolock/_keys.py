@@ -27,6 +27,7 @@ __all__ = [
     "RELEASED_SUFFIX",
     "RWKeys",
     "fence_key",
+    "grant_channel",
     "lock_key",
     "release_channel",
     "semaphore_index",
@@ -53,9 +54,14 @@ def release_channel(key: bytes) -> bytes:
     return key + RELEASED_SUFFIX
 
 
-def turn_keys(key: bytes) -> tuple[bytes, bytes]:
-    """The turn queue of the lock ``key`` and its entries' expiries (see ``_turns.py``)."""
-    return key + b":turns", key + b":turns:live"
+def turn_keys(key: bytes) -> tuple[bytes, bytes, bytes]:
+    """The turn queue of the lock ``key``, its entries' expiries and offers (_turns.py)."""
+    return key + b":turns", key + b":turns:live", key + b":turns:offers"
+
+
+def grant_channel(key: bytes, member: bytes) -> bytes:
+    """The channel on which a release grants the lock ``key`` to process ``member``."""
+    return key + b":turn:" + member
 
 
 def slot_key(key: bytes, slot: int) -> bytes:

@@ -342,6 +342,8 @@ class Lock(BaseHandle):
     async def _give_back(self, token: bytes, *, valid: bool) -> Votes:
         """Release, or pass a ``valid`` lock to the head of this process's queue."""
         quorum, waiting, queue = self._engine.quorum, self._engine.waiting, self._queue_key
+        if self._engine.grants is not None:
+            self._engine.grants.let_go(token)  # late grants of it are given back now
         # (Uncontended, the usual case: no local queue, nothing more is looked at.)
         passes_on = valid and self._passes_on and waiting.waiters(queue) > 0
         local = waiting.released(queue, pass_on=passes_on and can_pass_on(quorum))

@@ -34,17 +34,13 @@ __all__ = [
     "RELEASE_EITHER",
     "RELEASE_EITHER_SCRIPT",
     "RELEASE_SCRIPT",
-    "RELEASE_TURN",
-    "RELEASE_TURN_SCRIPT",
     "REPAIR",
     "REPAIR_SCRIPT",
     "SCRIPTS",
-    "TURN_JOIN",
-    "TURN_JOIN_SCRIPT",
-    "TURN_LEAVE",
-    "TURN_LEAVE_SCRIPT",
     "Script",
+    "fence_lines",
 ]
+
 
 # The fencing lines shared by every acquire script: KEYS[2] is the name's counter,
 # ARGV[3] its retention in ms, ARGV[4] the acquirer's floor (see _fencing.py). They
@@ -53,14 +49,19 @@ __all__ = [
 # old value was not below the floor (clocks disagree) is it set again, to old + 1.
 # (Script calls are atomic: the floor in between is never seen.) SET ... GET needs
 # Redis 6.2 or any Valkey.
-FENCE = b"""\
-local fence = tonumber(ARGV[4])
-local last = tonumber(redis.call('set', KEYS[2], ARGV[4], 'PX', ARGV[3], 'GET'))
+def fence_lines(counter: bytes, retention: bytes, floor: bytes) -> bytes:
+    """FENCE's lines for another counter key, retention and floor (Lua expressions)."""
+    return b"""\
+local fence = tonumber(%(f)s)
+local last = tonumber(redis.call('set', %(c)s, %(f)s, 'PX', %(r)s, 'GET'))
 if last and last >= fence then
     fence = last + 1
-    redis.call('set', KEYS[2], string.format('%.0f', fence), 'PX', ARGV[3])
+    redis.call('set', %(c)s, string.format('%%.0f', fence), 'PX', %(r)s)
 end
-"""
+""" % {b"c": counter, b"r": retention, b"f": floor}
+
+
+FENCE = fence_lines(b"KEYS[2]", b"ARGV[3]", b"ARGV[4]")
 
 # The server's clock in ms, into ``now`` (TIME: the same clock as the keys' expiry);
 # shared by the scripts that note expiries (the turn queue's, the semaphore's).
@@ -86,7 +87,9 @@ end
 # ARGV[3] how long the counter is kept after its last use, in milliseconds
 # ARGV[4] the acquirer's clock in microseconds: the floor of the fencing token
 # returns {1, fence} when the key was set (the lock taken on this node): fence is
-#         max(counter + 1, ARGV[4]), also stored as the counter (see _fencing.py);
+#         max(counter + 1, ARGV[4]), also stored as the counter (see _fencing.py); the
+#         same when the key already held this very token (a release granted it to this
+#         attempt's process, see RELEASE_TURN: its expiry is reset to ARGV[2]);
 #         {0, pttl, holder} when held by someone else: the holder's remaining time to
 #         live in ms (-1: no expiry), which bounds how long a waiter sleeps if the
 #         release message is lost, and the first 8 bytes of the holder's token, which
@@ -103,6 +106,13 @@ end
 """
     + HOLDER
     + b"""\
+if holder == ARGV[1] then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+"""
+    + FENCE
+    + b"""\
+    return {1, fence}
+end
 return {0, redis.call('pttl', KEYS[1]), string.sub(holder, 1, 8)}
 """
 )
@@ -136,71 +146,6 @@ if redis.call('get', KEYS[1]) == ARGV[1] then
     return 1
 end
 return 0
-"""
-
-# The release of a plain lock: RELEASE, whose message names the process whose turn it
-# is (see _turns.py): the first in line after the releasing process (by place, going
-# round), so that nodes with the same entries name the same process whatever they saw
-# before. Entries whose process stopped refreshing them are dropped first (a few per
-# call).
-# KEYS[1] lock key, KEYS[2] the turn queue (member -> place), KEYS[3] when each entry
-#         expires (member -> server time in ms)
-# ARGV[1] token, ARGV[2] (optional) the releasing process's place in the queue
-# returns 1 when the key held the token and was deleted, else 0. The message is the
-# member named, or empty (nobody in line: every waiting process may try).
-RELEASE_TURN = (
-    b"""\
-if redis.call('get', KEYS[1]) ~= ARGV[1] then
-    return 0
-end
-redis.call('del', KEYS[1])
-local turn = ''
-if redis.call('zcard', KEYS[2]) > 0 then
-"""
-    + NOW_MS
-    + b"""\
-    local gone = redis.call('zrangebyscore', KEYS[3], '-inf', now, 'LIMIT', 0, 8)
-    for _, member in ipairs(gone) do
-        redis.call('zrem', KEYS[2], member)
-        redis.call('zrem', KEYS[3], member)
-    end
-    local after = nil
-    if ARGV[2] then
-        after = redis.call('zrangebyscore', KEYS[2], '(' .. ARGV[2], '+inf', 'LIMIT', 0, 1)[1]
-    end
-    turn = after or redis.call('zrange', KEYS[2], 0, 0)[1] or ''
-end
-redis.call('publish', KEYS[1] .. ':released', turn)
-return 1
-"""
-)
-
-# A process waiting for a lock joins its turn queue, or refreshes its entry there.
-# KEYS[1] the turn queue, KEYS[2] the entries' expiries (see RELEASE_TURN)
-# ARGV[1] the process's member, ARGV[2] its place (the same on every node: its clock
-#         in microseconds when it joined), ARGV[3] how long the entry lives unless
-#         refreshed, in ms
-# returns 1. A member already in line keeps its place; both keys expire with the last
-# entry, so that a name nobody waits for leaves nothing behind.
-TURN_JOIN = (
-    NOW_MS
-    + b"""\
-redis.call('zadd', KEYS[1], 'NX', ARGV[2], ARGV[1])
-redis.call('zadd', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
-redis.call('pexpire', KEYS[1], ARGV[3])
-redis.call('pexpire', KEYS[2], ARGV[3])
-return 1
-"""
-)
-
-# A process that waits no more leaves the turn queue; or a process that was named and
-# did not use its turn is taken out by one that went in its place (it joins again, at
-# the same place, when it refreshes its entry).
-# KEYS[1] the turn queue, KEYS[2] the entries' expiries; ARGV[1] the process's member
-# returns the number of entries removed (0 or 1).
-TURN_LEAVE = b"""\
-redis.call('zrem', KEYS[2], ARGV[1])
-return redis.call('zrem', KEYS[1], ARGV[1])
 """
 
 # KEYS[1] lock key
@@ -378,19 +323,13 @@ INSPECT_SCRIPT: Final = Script(INSPECT)
 HANDOVER_SCRIPT: Final = Script(HANDOVER)
 PASS_ON_SCRIPT: Final = Script(PASS_ON)
 RELEASE_EITHER_SCRIPT: Final = Script(RELEASE_EITHER)
-RELEASE_TURN_SCRIPT: Final = Script(RELEASE_TURN)
-TURN_JOIN_SCRIPT: Final = Script(TURN_JOIN)
-TURN_LEAVE_SCRIPT: Final = Script(TURN_LEAVE)
 #: Loaded on each node's first connection: the hot path's.
 SCRIPTS: Final = (
     ACQUIRE_SCRIPT,
     RELEASE_SCRIPT,
-    RELEASE_TURN_SCRIPT,
     EXTEND_SCRIPT,
     RAISE_FENCE_SCRIPT,
     PASS_ON_SCRIPT,
-    TURN_JOIN_SCRIPT,
-    TURN_LEAVE_SCRIPT,
 )
 # The others are loaded on first use (NOSCRIPT fallback): most applications never
 # need the read-write lock's, and the renewal connections load their own two.

@@ -27,6 +27,11 @@ each loser costs a script per node, and a split vote a round for everyone. Inste
 
 Only the plain lock takes turns; a semaphore's and a read-write lock's waiters race as
 before.
+* **The release grants the lock to that process when it can**: each waiting process
+  leaves with its entry the token and ttl its head would take the lock with (an
+  *offer*, refreshed with the entry and with each release of ours), and the release
+  sets the key to it and tells that process alone (see ``_grants.py``). Where it
+  cannot (no fresh offer), it names the process, which then tries as above.
 """
 
 from __future__ import annotations
@@ -35,11 +40,18 @@ import asyncio
 import os
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
+from ._fencing import fence_retention
 from ._keys import turn_keys
-from ._scripts import TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT, Script
+from ._scripts import Script
+from ._turn_scripts import TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
+from ._votes import milliseconds
+
+if TYPE_CHECKING:
+    from ._handoff import Taker
 
 __all__ = ["ENTRY_TTL", "FALLBACK", "REFRESH", "Entry", "Turns"]
 
@@ -52,23 +64,54 @@ ENTRY_TTL: Final = 1.5
 FALLBACK: Final = 0.5
 
 Broadcast = Callable[[Script, tuple[bytes, ...]], None]
+#: An offer as we sent it: the token, the ttl, and when it was sent (monotonic).
+Offer = tuple[bytes, float, float]
+#: Offers remembered, to read the grants that name them (by sequence number).
+_OFFERS_KEPT: Final = 4096
 
 
 class Turns:
     """The turn queues of one manager: it is one member of each (see the module doc)."""
 
     def __init__(
-        self, broadcast: Broadcast, *, wall_clock: Callable[[], float] = time.time
+        self,
+        broadcast: Broadcast,
+        *,
+        wall_clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         #: Sends a script to every node without waiting (ordered connections).
         self.broadcast = broadcast
         self.wall_clock = wall_clock
+        self.clock = clock
         #: Names this manager in release messages: never empty, never ``NOT_FREE``.
         self.member = os.urandom(8).hex().encode()
+        self._seq = 0
+        self._offers: OrderedDict[tuple[bytes, int], Offer] = OrderedDict()
 
-    def join(self, key: bytes, wake: Callable[[], None]) -> Entry:
-        """Join the turn queue of ``key`` (``wake``: the head of our local queue)."""
-        return Entry(self, key, wake)
+    def join(self, key: bytes, wake: Callable[[], None], head: Callable[[], Taker | None]) -> Entry:
+        """Join the turn queue of ``key`` (``wake``, ``head``: our local queue's head)."""
+        return Entry(self, key, wake, head)
+
+    def offer(self, key: bytes, taker: Taker | None) -> tuple[bytes, ...]:
+        """The arguments of ``taker``'s offer for ``key`` (none: no taker), noted as sent now.
+
+        Sequence number, ttl and fencing counter retention in ms, token (see
+        ``RELEASE_TURN``): a grant names the sequence number, which tells us the token
+        and when it was sent.
+        """
+        if taker is None:
+            return ()
+        self._seq += 1
+        self._offers[key, self._seq] = (taker.token, taker.ttl, self.clock())
+        if len(self._offers) > _OFFERS_KEPT:
+            self._offers.popitem(last=False)
+        ttl, retention = milliseconds(taker.ttl), milliseconds(fence_retention(taker.ttl))
+        return (b"%d" % self._seq, b"%d" % ttl, b"%d" % retention, taker.token)
+
+    def offered(self, key: bytes, seq: int) -> Offer | None:
+        """The offer for ``key`` with sequence number ``seq``, if we sent it."""
+        return self._offers.get((key, seq))
 
 
 class Entry:
@@ -76,7 +119,9 @@ class Entry:
 
     __slots__ = (
         "_fallback",
+        "_head",
         "_join_args",
+        "_key",
         "_keys",
         "_refresh",
         "_turns",
@@ -85,10 +130,18 @@ class Entry:
         "place",
     )
 
-    def __init__(self, turns: Turns, key: bytes, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        turns: Turns,
+        key: bytes,
+        wake: Callable[[], None],
+        head: Callable[[], Taker | None],
+    ) -> None:
         self._turns = turns
         self._wake = wake
-        self._keys = (b"2", *turn_keys(key))
+        self._head = head
+        self._key = key
+        self._keys = (b"3", *turn_keys(key))
         #: Where we are in line: our clock when we joined, in microseconds (a float
         #: holds it exactly; two processes are unlikely to share one).
         self.place = b"%d" % int(turns.wall_clock() * 1_000_000)
@@ -101,9 +154,20 @@ class Entry:
         self._send_join()
 
     def _send_join(self) -> None:
-        self._turns.broadcast(TURN_JOIN_SCRIPT, self._join_args)
+        turns = self._turns
+        turns.broadcast(TURN_JOIN_SCRIPT, (*self._join_args, *turns.offer(self._key, self._head())))
         loop = asyncio.get_running_loop()
         self._refresh = loop.call_later(REFRESH, self._send_join)
+
+    def release_args(self) -> tuple[bytes, ...]:
+        """What a release of ours adds to ``RELEASE_TURN``.
+
+        How long the queue's keys live, our place and member, and our head's offer
+        (sent with the release, the freshest there is).
+        """
+        turns = self._turns
+        life = b"%d" % int(ENTRY_TTL * 1000)
+        return (life, self.place, turns.member, *turns.offer(self._key, self._head()))
 
     def heard(self, message: bytes) -> bool:
         """Whether a release ``message`` (not ``NOT_FREE``) lets our head try now.

@@ -22,7 +22,8 @@ tens of milliseconds. Instead:
   acquire, so it reaches the node first, and the handoff costs no extra round trip.
 * **Processes take turns** for a plain lock: each waiting process has an entry in
   the name's turn queue on the nodes, and a release names the process whose turn it
-  is; the others do not try (see ``_turns.py``).
+  is; the others do not try (see ``_turns.py``). Where it can, the release grants
+  that process the lock outright, which then makes no attempt (see ``_grants.py``).
 * **A lost message costs at most one ttl, never a hang**: the head also wakes when
   the holder's key would expire (its PTTL, learnt from the failed attempt), and when
   a pub/sub connection is lost, and never sleeps past the caller's deadline.
@@ -35,21 +36,23 @@ tens of milliseconds. Instead:
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import random
 import zlib
-from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 
 from ._cluster import ClusterNode
+from ._grants import Grants
 from ._handoff import Line, Taker, others_in_line
-from ._keys import release_channel, turn_keys
+from ._keys import grant_channel, release_channel, turn_keys
 from ._pubsub import ClusterSubscriber, Listener, Subscriber
+from ._queue import Queue
 from ._scripts import NOT_FREE
-from ._turns import Entry, Turns
+from ._turns import Turns
 from ._votes import Votes
 
 __all__ = ["Outcome", "Waiting"]
@@ -74,6 +77,11 @@ class Outcome(Protocol):
 
 _A = TypeVar("_A", bound=Outcome)
 
+
+def _nothing() -> None:  # nobody to wake
+    pass
+
+
 #: Pause before retrying when no holder's ttl is known (nodes failing meanwhile).
 UNKNOWN_HOLDER_WAIT: Final = 0.05
 #: Added to the holder's ttl so that its key has expired everywhere when we retry.
@@ -88,45 +96,6 @@ LOCAL_STREAK: Final = 4
 LONE_STREAK: Final = 32
 
 
-class _Queue:
-    """The tasks of this process waiting for one name."""
-
-    __slots__ = (
-        "alone",
-        "channels",
-        "entries",
-        "entry",
-        "listeners",
-        "local_streak",
-        "promised",
-        "subscribed",
-        "takers",
-        "wake",
-    )
-
-    def __init__(self, channels: tuple[bytes, ...], listeners: Sequence[Listener]) -> None:
-        self.channels = channels
-        # The subscribers (nodes) this queue listens on (see Waiting._listeners).
-        self.listeners = listeners
-        # One future per waiting task, in FIFO order; the head's is done ("your
-        # turn"): with None to try at once, or with the ttl of the lock the previous
-        # head just took (the new head then waits for its release, or expiry, first).
-        self.entries: deque[asyncio.Future[float | None]] = deque()
-        self.wake = asyncio.Event()
-        self.subscribed = False
-        # Handoffs in a row to a waiter of this process (see Waiting.released).
-        self.local_streak = 0
-        # The last handoff found no other process in the name's turn queue.
-        self.alone = False
-        # A release told other processes that a waiter of ours takes the lock, and
-        # none has taken it since.
-        self.promised = False
-        # The offers of the waiters that may be passed the lock, by turn (see Taker).
-        self.takers: dict[asyncio.Future[float | None], Taker] = {}
-        # Our place in the name's turn queue on the nodes (a plain lock's; see _turns).
-        self.entry: Entry | None = None
-
-
 class Waiting:
     """The local wait queues of one manager, and its pub/sub subscribers."""
 
@@ -138,19 +107,23 @@ class Waiting:
         confirm_timeout: float,
         announce: Callable[[bytes], None],
         turns: Turns | None = None,
+        grants: Grants | None = None,
     ) -> None:
         self._clock = clock
         self._turns = turns
+        self._grants = grants
         # Publishes an (empty) release message on a channel, on every node.
         self._announce = announce
         self._confirm_timeout = confirm_timeout
-        self._queues: dict[bytes, _Queue] = {}
-        self._by_channel: dict[bytes, _Queue] = {}
+        self._queues: dict[bytes, Queue] = {}
+        self._by_channel: dict[bytes, Queue] = {}
         self._subscribers: list[Listener] = [
             ClusterSubscriber(node, on_message=self._on_message, on_reset=self._on_reset)
             if isinstance(node, ClusterNode)
-            else Subscriber(node.spec, on_message=self._on_message, on_reset=self._on_reset)
-            for node in nodes
+            else Subscriber(
+                node.spec, on_message=functools.partial(self._heard, i), on_reset=self._on_reset
+            )
+            for i, node in enumerate(nodes)
         ]
 
     def waiters(self, key: bytes) -> int:
@@ -204,10 +177,25 @@ class Waiting:
         if queue is not None and self._turns is not None:
             queue.alone = not others_in_line(votes)
 
-    def place(self, key: bytes) -> tuple[bytes, ...]:
-        """Our place in ``key``'s turn queue, as a release's argument (none: not in it)."""
+    def release_args(self, key: bytes) -> tuple[bytes, ...]:
+        """Our place in ``key``'s turn queue and our offer, as a release's arguments."""
         queue = self._queues.get(key)
-        return () if queue is None or queue.entry is None else (queue.entry.place,)
+        return () if queue is None or queue.entry is None else queue.entry.release_args()
+
+    def _heard(self, node: int, channel: bytes, message: bytes) -> None:
+        """A message on a channel of node ``node``: a release's, or a grant to us."""
+        grants, turns = self._grants, self._turns
+        if grants is None or turns is None or not channel.endswith(turns.member):
+            self._on_message(channel, message)
+            return
+        key = channel[: -len(grant_channel(b"", turns.member))]
+        seq, _, fence = message.partition(b" ")
+        offer = turns.offered(key, int(seq)) if seq.isdigit() and fence.isdigit() else None
+        if offer is not None:
+            queue = self._queues.get(key)
+            head = queue.takers.get(queue.entries[0]) if queue and queue.entries else None
+            wake = queue.wake.set if queue is not None else _nothing
+            grants.heard(node, key, offer, int(fence), head=head, wake=wake)
 
     def _on_message(self, channel: bytes, message: bytes) -> None:
         queue = self._by_channel.get(channel)
@@ -244,7 +232,7 @@ class Waiting:
         queue = self._queues.get(key)
         if queue is None:
             announced = channels or (release_channel(key),)
-            queue = self._queues[key] = _Queue(announced, self._listeners(key))
+            queue = self._queues[key] = Queue(announced, self._listeners(key))
             for channel in queue.channels:
                 self._by_channel[channel] = queue
         turn: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
@@ -252,6 +240,7 @@ class Waiting:
         if len(queue.entries) == 1:
             turn.set_result(None)
         taken: float | None = None
+        won: Votes | None = None
         offer = None if taker is None else Taker(*taker)
         if offer is not None:
             queue.takers[turn] = offer
@@ -271,7 +260,7 @@ class Waiting:
                 await self._subscribe(queue)
             if offer is not None and queue.entry is None and self._turns is not None:
                 # (Not only after subscribing: a head cancelled meanwhile left it to us.)
-                queue.entry = self._turns.join(key, queue.wake.set)
+                self._join(key, queue)
             while True:
                 if wait_first:
                     wait_first = False
@@ -286,6 +275,7 @@ class Waiting:
                         queue.wake.clear()
                         result = await self._attempt(attempt, offer)
                     if result.expires_at is not None:
+                        won = getattr(result, "votes", None)
                         queue.promised = False
                         if queue.entry is not None:
                             queue.entry.taken()
@@ -306,6 +296,8 @@ class Waiting:
         finally:
             if offer is not None:
                 offer.drop()
+                if self._grants is not None:
+                    self._grants.settled(offer.token, key, won)
             self._leave(key, queue, turn, taken)
 
     @staticmethod
@@ -320,7 +312,7 @@ class Waiting:
             offer.busy = False
 
     def _leave(
-        self, key: bytes, queue: _Queue, turn: asyncio.Future[float | None], taken: float | None
+        self, key: bytes, queue: Queue, turn: asyncio.Future[float | None], taken: float | None
     ) -> None:
         was_head = bool(queue.entries) and queue.entries[0] is turn
         queue.entries.remove(turn)
@@ -336,7 +328,7 @@ class Waiting:
             return
         del self._queues[key]
         # Named by a release, and no waiter of ours took the lock: it is free for all.
-        unused_turn = queue.entry is not None and queue.entry.close()
+        unused_turn = None if queue.entry is None else queue.entry.close()
         for channel in queue.channels:
             del self._by_channel[channel]
             if queue.promised or unused_turn:
@@ -347,6 +339,21 @@ class Waiting:
             for subscriber in queue.listeners:
                 for channel in queue.channels:
                     subscriber.unsubscribe(channel)
+        if unused_turn is not None and self._turns is not None:  # it was in line
+            for subscriber in self._subscribers:
+                subscriber.unsubscribe(grant_channel(key, self._turns.member))
+
+    def _join(self, key: bytes, queue: Queue) -> None:
+        """Join ``key``'s turn queue; take grants (_grants.py) unless pub/sub is refused."""
+        assert self._turns is not None  # noqa: S101
+        grants = not any(listener.refused is not None for listener in queue.listeners)
+        for subscriber in self._subscribers if grants else ():
+            subscriber.subscribe(grant_channel(key, self._turns.member))
+
+        def head() -> Taker | None:
+            return queue.takers.get(queue.entries[0]) if grants and queue.entries else None
+
+        queue.entry = self._turns.join(key, queue.wake.set, head)
 
     def _listeners(self, key: bytes) -> list[Listener]:
         """The ``n - quorum + 1`` nodes a queue for ``key`` listens on.
@@ -363,7 +370,7 @@ class Waiting:
         first = zlib.crc32(key) % n
         return [self._subscribers[(first + i) % n] for i in range(count)]
 
-    async def _subscribe(self, queue: _Queue) -> None:
+    async def _subscribe(self, queue: Queue) -> None:
         """Subscribe on the queue's nodes; wait (briefly) for the confirmations.
 
         The attempt that follows must not miss a release that happens after it

@@ -317,10 +317,9 @@ MUTANTS = [
     # Issue 17's turns across processes (advice, not safety: liveness and cost).
     Mutant(
         "turn release deletes without comparing the token",
-        "aiolock/_scripts.py",
-        "if redis.call('get', KEYS[1]) ~= ARGV[1] then\n    return 0\nend\n"
-        "redis.call('del', KEYS[1])\nlocal turn = ''",
-        "if false then\n    return 0\nend\nredis.call('del', KEYS[1])\nlocal turn = ''",
+        "aiolock/_turn_scripts.py",
+        "if holder and holder ~= ARGV[1] then\n    return 0\nend",
+        "if false then\n    return 0\nend",
         ("tests/test_lock.py",),
     ),
     Mutant(
@@ -350,8 +349,8 @@ MUTANTS = [
     Mutant(
         "a release names the first in line, not the next after the releasing process",
         "aiolock/_engine.py",
-        "            more_args=self.waiting.place(key),",
-        "            more_args=(),",
+        "            more_args=(floor, *self.waiting.release_args(key)),",
+        "            more_args=(floor,),",
         ("tests/test_turns.py",),
     ),
     Mutant(
@@ -396,6 +395,63 @@ MUTANTS = [
         "self._handle: asyncio.Handle = loop.call_soon(self._start, loop, delay, callback, args)",
         "self._handle: asyncio.Handle = loop.call_later(delay, callback, *args)",
         ("tests/test_node_io.py",),
+    ),
+    # Grants between processes (issue 17, aiolock/_grants.py and RELEASE_TURN).
+    Mutant(
+        "a grant taken without a quorum of nodes",
+        "aiolock/_grants.py",
+        "        if len(counted) < quorum.quorum:",
+        "        if len(counted) < 1:",
+        ("tests/test_grants.py",),
+    ),
+    Mutant(
+        "a grant's validity counted from when it was heard, not from the offer",
+        "aiolock/_grants.py",
+        "        start = min(heard.nodes[i][1] for i in counted)",
+        "        start = quorum.clock()",
+        ("tests/test_grants.py",),
+    ),
+    Mutant(
+        "a late grant of a held token given back",
+        "aiolock/_grants.py",
+        "            if token not in self._held and node not in taken_on:",
+        "            if node not in taken_on:",
+        ("tests/test_grants.py",),
+    ),
+    Mutant(
+        "a grant for a waiter that left kept",
+        "aiolock/_grants.py",
+        "            give_back(self._quorum, key, token)  # the waiter it was for is gone",
+        "            pass",
+        ("tests/test_grants.py",),
+    ),
+    Mutant(
+        "a stale offer granted",
+        "aiolock/_turn_scripts.py",
+        "                if left * 2 >= tonumber(ttl) then",
+        "                if true then",
+        ("tests/test_grants.py",),
+    ),
+    Mutant(
+        "a grant nobody hears kept",
+        "aiolock/_turn_scripts.py",
+        "'publish', KEYS[1] .. ':turn:' .. turn, message) > 0 then",
+        "'publish', KEYS[1] .. ':turn:' .. turn, message) >= 0 then",
+        ("tests/test_grants.py",),
+    ),
+    Mutant(
+        "the releasing process granted its own offer",
+        "aiolock/_turn_scripts.py",
+        "            if member == turn and turn ~= ARGV[5] then",
+        "            if member == turn then",
+        ("tests/test_grants.py", "tests/test_waiting.py"),
+    ),
+    Mutant(
+        "an attempt with the token granted to it loses",
+        "aiolock/_scripts.py",
+        "if holder == ARGV[1] then\n    redis.call('pexpire', KEYS[1], ARGV[2])",
+        "if false then\n    redis.call('pexpire', KEYS[1], ARGV[2])",
+        ("tests/test_grants.py",),
     ),
 ]
 

@@ -26,8 +26,8 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from aiolock import _handle_scripts, _scripts
-from aiolock._keys import RELEASED_SUFFIX, release_channel, semaphore_index
+from aiolock import _handle_scripts, _scripts, _turn_scripts
+from aiolock._keys import RELEASED_SUFFIX, grant_channel, release_channel, semaphore_index
 from aiolock._node import Node
 from aiolock._redis import ERROR_CLASSES, error_from_reply
 
@@ -88,7 +88,9 @@ def test_every_script_declares_every_key_it_touches() -> None:
     """
     call = re.compile(r"redis\.p?call\('(\w+)',\s*([^,)]+(?:\]\])?)")
     checked = 0
-    for module, name in [(m, n) for m in (_scripts, _handle_scripts) for n in m.__all__]:
+    for module, name in [
+        (m, n) for m in (_scripts, _handle_scripts, _turn_scripts) for n in m.__all__
+    ]:
         source = getattr(module, name)
         if not isinstance(source, bytes) or name == "NOT_FREE":
             continue
@@ -125,3 +127,9 @@ def test_the_scripts_announce_on_the_channel_the_waiters_listen_to() -> None:
     # A semaphore's slots announce on its index's channel (KEYS[2] of SEM_RELEASE).
     assert f"KEYS[2] .. '{suffix}'" in _handle_scripts.SEM_RELEASE.decode()
     assert release_channel(semaphore_index(b"k")) == b"k:slots" + RELEASED_SUFFIX
+    # A release names the next process on the release channel, and grants it the lock
+    # on that process's own channel.
+    turn = _turn_scripts.RELEASE_TURN.decode()
+    assert f"KEYS[1] .. '{suffix}'" in turn
+    assert "KEYS[1] .. ':turn:' .. turn" in turn
+    assert grant_channel(b"k", b"m") == b"k:turn:m"

@@ -2,6 +2,10 @@
 process whose turn it is, and only that one tries; a process that does not use its turn
 (killed, or its message lost) delays the others by about one refresh interval.
 
+A release that can, grants the lock to that process instead (tests/test_grants.py);
+the tests of naming here run with no offers left in line (``naming_only``), as when no
+offer is fresh enough to be granted.
+
 Each ``LockManager`` is one member of the turn queue, as a process is: managers of the
 test's own process stand in for processes, except where a real process is killed or
 many run at once.
@@ -34,6 +38,16 @@ from .conftest import key, scripts_run
 WORKER = Path(__file__).parent / "turns_worker.py"
 
 
+@pytest.fixture
+def naming_only(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """No process of the test leaves an offer in line: releases name, never grant.
+
+    Returns the environment for worker processes that do the same.
+    """
+    monkeypatch.setattr(aiolock._turns.Turns, "offer", lambda _self, _key, _taker: ())
+    return {**os.environ, "AIOLOCK_TEST_NO_OFFERS": "1"}
+
+
 def _count_attempts(manager: LockManager) -> list[int]:
     """Counts the acquire attempts ``manager`` sends (one each to every node)."""
     quorum = manager._engine.quorum
@@ -60,6 +74,7 @@ async def _in_line(clients: list[redis.Redis], name: str, members: int) -> list[
         await asyncio.sleep(0.02)
 
 
+@pytest.mark.usefixtures("naming_only")
 async def test_processes_take_turns_in_the_order_they_queued(
     urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -114,13 +129,13 @@ async def _released_message(client: redis.Redis, name: str) -> Callable[[], Awai
 
 
 async def test_a_waiter_process_killed_first_in_line_delays_the_others_about_one_refresh(
-    urls: list[str], clients: list[redis.Redis], name: str
+    urls: list[str], clients: list[redis.Redis], name: str, naming_only: dict[str, str]
 ) -> None:
     async with LockManager(urls) as holder_side, LockManager(urls) as waiter_side:
         holder = holder_side.lock(name, ttl=30, auto_renew=False)
         assert await holder.acquire(timeout=0)
         worker = await asyncio.create_subprocess_exec(
-            sys.executable, str(WORKER), name, "1", *urls, stdout=asyncio.subprocess.PIPE
+            sys.executable, str(WORKER), name, "1", *urls, stdout=PIPE, env=naming_only
         )
         try:
             assert worker.stdout is not None
@@ -177,6 +192,7 @@ def _intercept(manager: LockManager, hook: Callable[[bytes, bytes], None]) -> Ca
     return on_message
 
 
+@pytest.mark.usefixtures("naming_only")
 async def test_a_lost_turn_message_costs_about_one_refresh_interval(
     urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:
@@ -260,6 +276,7 @@ async def test_a_thousand_waiting_tasks_over_four_processes_take_turns_at_a_cons
     assert many <= 7.5, many
 
 
+@pytest.mark.usefixtures("naming_only")
 async def test_a_process_that_leaves_in_its_turn_announces_the_lock_free(
     urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:

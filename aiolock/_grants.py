@@ -1,0 +1,157 @@
+"""A lock granted by another process's release, without an attempt of our own.
+
+A waiting process leaves, with its entry in the name's turn queue, an *offer*: the token
+and ttl its head would take the lock with (see ``_turns.py``). The release that names the
+process sets the key to that token on each node and publishes the grant to it alone
+(``RELEASE_TURN``), so the lock changes processes in one script per node and one
+message, where it took a release, a message and an attempt. The rules:
+
+* **Validity counts from when the offer was sent**, as an acquire's from its requests:
+  each node keeps the key the offer's ttl after the offer *arrived*, so never shorter.
+  A node grants only an offer with at least half its ttl left.
+* **A quorum of nodes, not vetoed (restart quarantine), must have granted the same
+  token with the same fencing token** before the head takes it; each node's grant
+  advanced its counter as an acquire does, so tokens still increase (see _fencing.py).
+* **Anything less, the head settles with an attempt of its own, with the same token**:
+  a node that granted it answers yes (``ACQUIRE`` on its own token), the others as
+  usual. So grants split between processes (nodes that disagree on the line), grants
+  lost on the way, or fencing tokens that differ cost an attempt, as before, never a
+  wrong outcome. The head tries :data:`GRANT_WAIT` after a first grant when the rest
+  does not come, and at once after its own attempt, if a grant came meanwhile.
+* **A grant nobody can take is given back** on every node (and everyone may try):
+  its head left, or was passed the lock by its own process meanwhile. A grant no
+  process receives (it is gone) is undone by the node itself.
+* **A token taken is never given back by a late grant**: once the head holds it (by a
+  grant, or by its own attempt), later grants of it are left alone; its release
+  deletes them with the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Final
+
+from ._handoff import Taker, give_back
+from ._votes import Attempt, Votes, is_taken
+
+if TYPE_CHECKING:
+    from ._quorum import Quorum
+
+__all__ = ["GRANT_WAIT", "Grants"]
+
+#: How long after a first grant the others may take before the head tries itself.
+GRANT_WAIT: Final = 0.05
+#: Tokens remembered as taken (late grants of them are left alone).
+_TAKEN_KEPT: Final = 1024
+
+
+class _Heard:
+    """The grants of one token heard so far: node -> (fencing token, offer sent at)."""
+
+    __slots__ = ("nodes", "timer")
+
+    def __init__(self) -> None:
+        self.nodes: dict[int, tuple[int, float]] = {}
+        self.timer: asyncio.TimerHandle | None = None
+
+
+class Grants:
+    """The grants this manager's processes heard, per offered token."""
+
+    def __init__(self, quorum: Quorum) -> None:
+        self._quorum = quorum
+        self._heard: dict[bytes, _Heard] = {}
+        #: Tokens taken, with the nodes that counted for them.
+        self._taken: OrderedDict[bytes, frozenset[int]] = OrderedDict()
+        #: Those of them still held (not released, nor passed on).
+        self._held: set[bytes] = set()
+
+    def heard(
+        self,
+        node: int,
+        key: bytes,
+        offer: tuple[bytes, float, float],
+        fence: int,
+        *,
+        head: Taker | None,
+        wake: Callable[[], None],
+    ) -> None:
+        """Node ``node`` granted ``key`` to ``offer`` (token, ttl, sent at) with ``fence``.
+
+        ``head``: the offer of the head of our queue for ``key`` (None: nobody waits);
+        ``wake`` wakes it.
+        """
+        token, ttl, sent_at = offer
+        taken_on = self._taken.get(token)
+        if taken_on is not None:
+            # Ours already, taken on other nodes: a node that granted it late. Still
+            # held, the copy is kept (the next handoff or release finds the node in
+            # step); else it is given back there only (the node would stay out of
+            # step until the key expires): the nodes the lock was taken on stay.
+            if token not in self._held and node not in taken_on:
+                give_back(self._quorum, key, token, only=node)
+            return
+        if head is None or head.token != token:
+            self._drop(token)
+            give_back(self._quorum, key, token)  # the waiter it was for is gone
+            return
+        heard = self._heard.get(token)
+        if heard is None:
+            heard = self._heard[token] = _Heard()
+        heard.nodes[node] = (fence, sent_at)
+        if head.busy or head.claimed:
+            wake()  # after its own attempt, which counts this grant, if it failed
+            return
+        quorum = self._quorum
+        veto = quorum.veto
+        counted = [i for i in heard.nodes if veto is None or veto(i) is None]
+        if len(counted) < quorum.quorum:
+            if heard.timer is None:
+                heard.timer = asyncio.get_running_loop().call_later(GRANT_WAIT, wake)
+            return
+        fences = {heard.nodes[i][0] for i in counted}
+        start = min(heard.nodes[i][1] for i in counted)
+        expires_at = quorum.expiry(start, ttl)
+        if len(fences) == 1 and expires_at > quorum.clock():
+            (fence,) = fences
+            votes = Votes(quorum.n, quorum.quorum, is_taken, _done(), early=False)
+            for i in counted:
+                votes.record(i, [1, fence])
+            head.claimed = True
+            head.on_dropped = functools.partial(give_back, quorum, key, token)
+            head.deliver(Attempt(votes, expires_at, fence, start))
+        wake()  # the head takes it, or settles it with an attempt of its own
+
+    def settled(self, token: bytes, key: bytes, won: Votes | None) -> None:
+        """The waiter offering ``token`` left the queue.
+
+        It took the lock with the votes ``won`` (a grant's or its own attempt's), or
+        not (``None``).
+        """
+        if won is not None:
+            self._taken[token] = frozenset(i for i, yes in enumerate(won.verdicts) if yes)
+            self._held.add(token)
+            if len(self._taken) > _TAKEN_KEPT:
+                self._taken.popitem(last=False)
+            self._drop(token)
+        elif self._drop(token):
+            give_back(self._quorum, key, token)  # granted somewhere, taken nowhere
+
+    def let_go(self, token: bytes) -> None:
+        """A lock held with ``token`` is being released or passed on."""
+        self._held.discard(token)
+
+    def _drop(self, token: bytes) -> bool:
+        heard = self._heard.pop(token, None)
+        if heard is not None and heard.timer is not None:
+            heard.timer.cancel()
+        return heard is not None
+
+
+def _done() -> asyncio.Future[None]:
+    done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    done.set_result(None)
+    return done

@@ -1,0 +1,420 @@
+"""A release grants the lock to the process whose turn it is (issue 17, see
+aiolock/_grants.py and RELEASE_TURN): the key gets that process's offered token on each
+node, the process learns it from one message per node, and makes no attempt of its own.
+
+Each ``LockManager`` is one process in line, as in tests/test_turns.py; a real process
+is killed where the test needs its connections gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+from asyncio.subprocess import PIPE
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import redis.asyncio as redis
+
+import aiolock._turns
+from aiolock import Lock, LockManager
+from aiolock._grants import GRANT_WAIT, Grants
+from aiolock._handoff import Taker
+from aiolock._scripts import ACQUIRE_SCRIPT, NOT_FREE, RELEASE_SCRIPT, Script
+from aiolock._turn_scripts import RELEASE_TURN_SCRIPT, TURN_JOIN_SCRIPT
+
+from .conftest import TurnScripts, key, scripts_run
+
+WORKER = Path(__file__).parent / "turns_worker.py"
+
+
+def _count_attempts(manager: LockManager) -> list[int]:
+    quorum = manager._engine.quorum
+    attempt = quorum.acquire
+    count = [0]
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return await attempt(*args, **kwargs)
+
+    quorum.acquire = counted  # type: ignore[method-assign]
+    return count
+
+
+async def _offers(clients: list[redis.Redis], name: str, count: int) -> list[bytes]:
+    """The offers in ``name``'s turn queue, once every node holds ``count`` of them."""
+    deadline = time.monotonic() + 10
+    while True:
+        seen = [await client.zrange(key(name) + ":turns:offers", 0, -1) for client in clients]
+        if all(len(offers) == count for offers in seen):
+            return list(seen[0])
+        assert time.monotonic() < deadline, seen
+        await asyncio.sleep(0.02)
+
+
+async def _next(pubsub: Any) -> Any:
+    """The next message (not a subscription's confirmation), within 5 s."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1)
+        if message is not None:
+            return message
+    return None
+
+
+def _heard_through(manager: LockManager, hook: Callable[..., None]) -> None:
+    """Route what ``manager`` hears on each node through ``hook(deliver, channel, message)``."""
+    for subscriber in manager._engine.waiting._subscribers:
+        deliver = subscriber._on_message  # type: ignore[attr-defined]
+        subscriber._on_message = (  # type: ignore[attr-defined]
+            lambda channel, message, deliver=deliver: hook(deliver, channel, message)
+        )
+
+
+async def _holder_and_waiters(
+    stack: contextlib.AsyncExitStack, urls: list[str], clients: list[redis.Redis], name: str
+) -> tuple[Lock, list[tuple[LockManager, Lock, asyncio.Task[bool]]]]:
+    """A holder of ``name`` (ttl 30 s) and two processes waiting for it, in that order."""
+    holder_side = await stack.enter_async_context(LockManager(urls))
+    holder = holder_side.lock(name, ttl=30, auto_renew=False)
+    assert await holder.acquire(timeout=0)
+    waiting = []
+    for count in (1, 2):
+        manager = await stack.enter_async_context(LockManager(urls))
+        lock = manager.lock(name, ttl=30, auto_renew=False)
+        waiting.append((manager, lock, asyncio.create_task(lock.acquire(timeout=20))))
+        await _offers(clients, name, count)
+        await asyncio.sleep(0.01)  # a later place, also by the millisecond
+    return holder, waiting
+
+
+async def test_the_next_process_in_line_is_granted_the_lock_without_an_attempt(
+    urls: list[str], clients: list[redis.Redis], name: str, turn_scripts: TurnScripts
+) -> None:
+    async with LockManager(urls) as holder_side, LockManager(urls) as waiter_side:
+        holder = holder_side.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        before = holder.fencing_token
+        assert before is not None
+        waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
+        queued = time.monotonic()
+        waits = asyncio.create_task(waiter.acquire(timeout=20))
+        await _offers(clients, name, 1)
+        attempts = _count_attempts(waiter_side)
+        await asyncio.sleep(1.0)  # the offer was sent a second before the release
+        turn_scripts.watch(holder_side, waiter_side)
+        for client in clients:
+            await client.config_resetstat()
+        await holder.release()
+        assert await asyncio.wait_for(waits, 10)
+        # The release was the handoff: one script per node, and no attempt.
+        assert attempts == [0]
+        assert await scripts_run(clients, leaving_out=turn_scripts) == [1] * 5
+        fence = waiter.fencing_token
+        assert fence is not None
+        assert fence > before
+        # Validity counts from when the offer was sent, not from the release: the
+        # second the holder kept the lock after it is gone (and the drift allowance).
+        remaining = waiter.remaining()
+        drift = 30 * 0.01 + 0.002
+        assert 30 - (time.monotonic() - queued) - drift <= remaining <= 29.0 - drift
+        assert waiter._hold is not None
+        assert [await c.get(key(name)) for c in clients] == [waiter._hold.token] * 5
+        pttls = [await c.pttl(key(name)) for c in clients]
+        assert all(pttl >= remaining * 1000 for pttl in pttls), (pttls, remaining)
+        await waiter.release()
+
+
+async def test_a_grant_to_a_killed_process_is_undone_and_the_others_try_at_once(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    async with LockManager(urls) as holder_side, LockManager(urls) as waiter_side:
+        holder = holder_side.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, str(WORKER), name, "1", *urls, stdout=PIPE
+        )
+        try:
+            assert worker.stdout is not None
+            assert await asyncio.wait_for(worker.stdout.readline(), 30) == b"waiting\n"
+            await _offers(clients, name, 1)
+            waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
+            waits = asyncio.create_task(waiter.acquire(timeout=20))
+            await _offers(clients, name, 2)
+        finally:
+            worker.send_signal(signal.SIGKILL)
+            await worker.wait()
+        pubsub = clients[0].pubsub()
+        await pubsub.subscribe(key(name) + ":released")
+        released = time.monotonic()
+        await holder.release()
+        assert await asyncio.wait_for(waits, 20)
+        waited = time.monotonic() - released
+        # Its turn, but nobody heard the grant: the node took it back, took the dead
+        # process out of line and told everyone the lock is free (not after FALLBACK).
+        message = await _next(pubsub)
+        await pubsub.aclose()
+        assert message is not None
+        assert message["data"] == b""
+        assert waited < aiolock._turns.FALLBACK * 0.6
+        assert waiter_side._engine.turns is not None
+        members = [await c.zrange(key(name) + ":turns", 0, -1) for c in clients]
+        assert all(line in ([], [waiter_side._engine.turns.member]) for line in members)
+        await waiter.release()
+
+
+async def test_grants_lost_on_the_way_cost_one_attempt_not_a_fallback(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        holder, waiting = await _holder_and_waiters(stack, urls, clients, name)
+        (first, first_lock, first_waits), (_, second_lock, second_waits) = waiting
+        # The first in line loses three of the five grant messages: no quorum heard.
+        lost: list[bytes] = []
+
+        def losing(deliver: Callable[[bytes, bytes], None], channel: bytes, message: bytes) -> None:
+            if b":turn:" in channel and len(lost) < 3:
+                lost.append(message)
+                return
+            deliver(channel, message)
+
+        _heard_through(first, losing)
+        attempts = _count_attempts(first)
+        released = time.monotonic()
+        await holder.release()
+        assert await asyncio.wait_for(first_waits, 20)
+        waited = time.monotonic() - released
+        assert len(lost) == 3
+        # Its head tried with the token it had offered (the nodes that granted it count
+        # for it) once GRANT_WAIT passed; the second in line still waits its turn.
+        assert attempts == [1]
+        assert GRANT_WAIT * 0.9 < waited < aiolock._turns.FALLBACK
+        assert not second_waits.done()
+        await first_lock.release()
+        assert await asyncio.wait_for(second_waits, 20)
+        await second_lock.release()
+
+
+async def test_a_waiter_that_leaves_as_the_lock_is_granted_gives_it_back_at_once(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    async with contextlib.AsyncExitStack() as stack:
+        holder, waiting = await _holder_and_waiters(stack, urls, clients, name)
+        (first, _, first_waits), (_, second_lock, second_waits) = waiting
+
+        def cancelling(
+            deliver: Callable[[bytes, bytes], None], channel: bytes, message: bytes
+        ) -> None:
+            if b":turn:" in channel:
+                first_waits.cancel()  # before the grant is read: it comes to nobody
+            deliver(channel, message)
+
+        _heard_through(first, cancelling)
+        released = time.monotonic()
+        await holder.release()
+        assert await asyncio.wait_for(second_waits, 20)
+        # At once: not after FALLBACK, nor the granted token's 30 s.
+        assert time.monotonic() - released < aiolock._turns.FALLBACK * 0.6
+        assert first_waits.cancelled()
+        assert second_lock._hold is not None
+        assert [await c.get(key(name)) for c in clients].count(second_lock._hold.token) >= 3
+        await second_lock.release()
+
+
+# -- the scripts, on one node -------------------------------------------------------
+
+
+def _turn_keys(name: str) -> list[str]:
+    base = key(name)
+    return [base, base + ":fence", base + ":turns", base + ":turns:live", base + ":turns:offers"]
+
+
+async def _eval(client: redis.Redis, script: Script, keys: list[str], *args: Any) -> Any:
+    return await client.eval(script.source.decode(), len(keys), *keys, *args)
+
+
+async def _join(client: redis.Redis, name: str, member: str, place: int, ttl_ms: int) -> None:
+    keys = _turn_keys(name)[2:]
+    await _eval(
+        client, TURN_JOIN_SCRIPT, keys, member, place, 60_000, 7, ttl_ms, 3_600_000, "tok-" + member
+    )
+
+
+async def test_the_release_script_grants_a_fresh_offer_and_names_a_stale_one(
+    clients: list[redis.Redis], name: str
+) -> None:
+    client = clients[0]
+    keys = _turn_keys(name)
+    floor = int(time.time() * 1_000_000)
+    pubsub = client.pubsub()
+    await pubsub.subscribe(key(name) + ":released", key(name) + ":turn:aa")
+    await client.set(key(name), "old", px=30_000)
+    await _join(client, name, "aa", 1, 10_000)
+    # Fresh (all of its ttl left): granted, told to that process alone.
+    assert await _eval(client, RELEASE_TURN_SCRIPT, keys, "old", floor) == 1
+    assert await client.get(key(name)) == b"tok-aa"
+    assert 9_000 < await client.pttl(key(name)) <= 10_000
+    message = await _next(pubsub)
+    assert message is not None
+    assert message["channel"] == (key(name) + ":turn:aa").encode()
+    seq, fence = message["data"].split()
+    assert seq == b"7"
+    assert int(fence) >= floor
+    assert int(await client.get(key(name) + ":fence")) == int(fence)
+    # Used once: the next release of it names the process instead.
+    assert await _eval(client, RELEASE_TURN_SCRIPT, keys, "tok-aa", floor) == 1
+    assert await client.get(key(name)) is None
+    message = await _next(pubsub)
+    assert message is not None
+    assert message["channel"] == (key(name) + ":released").encode()
+    assert message["data"] == b"aa"
+    # Stale (less than half its ttl left): named, not granted.
+    await client.set(key(name), "old", px=30_000)
+    await _join(client, name, "aa", 1, 1_000)
+    await asyncio.sleep(0.6)
+    assert await _eval(client, RELEASE_TURN_SCRIPT, keys, "old", floor) == 1
+    assert await client.get(key(name)) is None
+    message = await _next(pubsub)
+    assert message is not None
+    assert message["data"] == b"aa"
+    await pubsub.aclose()
+
+
+async def test_the_release_script_undoes_a_grant_nobody_hears_and_skips_the_releaser(
+    clients: list[redis.Redis], name: str
+) -> None:
+    client = clients[0]
+    keys = _turn_keys(name)
+    floor = int(time.time() * 1_000_000)
+    pubsub = client.pubsub()
+    await pubsub.subscribe(key(name) + ":released")
+    # Nobody listens on the grant channel of "aa": undone, taken out of line, and
+    # every process may try.
+    await client.set(key(name), "old", px=30_000)
+    await _join(client, name, "aa", 1, 10_000)
+    await _join(client, name, "bb", 2, 10_000)
+    assert await _eval(client, RELEASE_TURN_SCRIPT, keys, "old", floor) == 1
+    assert await client.get(key(name)) is None
+    assert await client.zrange(key(name) + ":turns", 0, -1) == [b"bb"]
+    message = await _next(pubsub)
+    assert message is not None
+    assert message["data"] == b""
+    # The releasing process is next (alone in line): named, never granted (its streak
+    # ends so that processes out of line get a chance).
+    await client.set(key(name), "old", px=30_000)
+    life, place, member = 60_000, 2, "bb"
+    assert await _eval(client, RELEASE_TURN_SCRIPT, keys, "old", floor, life, place, member) == 1
+    assert await client.get(key(name)) is None
+    message = await _next(pubsub)
+    assert message is not None
+    assert message["data"] == b"bb"
+    await pubsub.aclose()
+
+
+async def test_an_attempt_with_the_token_granted_to_it_wins_and_resets_the_expiry(
+    clients: list[redis.Redis], name: str
+) -> None:
+    client = clients[0]
+    floor = int(time.time() * 1_000_000)
+    await client.set(key(name), "granted", px=5_000)
+    await client.set(key(name) + ":fence", floor - 10)
+    keys = [key(name), key(name) + ":fence"]
+    reply = await _eval(client, ACQUIRE_SCRIPT, keys, "granted", 30_000, 3_600_000, floor)
+    assert reply == [1, floor]
+    assert 29_000 < await client.pttl(key(name)) <= 30_000
+    other = await _eval(client, ACQUIRE_SCRIPT, keys, "other", 30_000, 3_600_000, floor)
+    assert other[0] == 0
+
+
+# -- counting grants (pure logic) ---------------------------------------------------
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.calls: list[tuple[bytes, tuple[bytes, ...]]] = []
+
+    def call_script(self, script: Script, args: tuple[bytes, ...], _callback: Any) -> None:
+        self.calls.append((script.sha, args))
+
+
+class _Quorum:
+    n = 5
+    quorum = 3
+
+    def __init__(self, veto: Callable[[int], BaseException | None] | None = None) -> None:
+        self.nodes = [_Node() for _ in range(5)]
+        self.veto = veto
+
+    def expiry(self, start: float, ttl: float) -> float:
+        return start + ttl - 0.1
+
+    def clock(self) -> float:
+        return time.monotonic()
+
+
+async def test_a_quorum_of_equal_grants_is_delivered_and_late_ones_follow_the_holder() -> None:
+    quorum = _Quorum()
+    grants = Grants(quorum)  # type: ignore[arg-type]
+    head = Taker(b"t", 10.0)
+    woken: list[int] = []
+    sent = time.monotonic() - 1.0
+    for node in (0, 1):
+        grants.heard(node, b"k", (b"t", 10.0, sent), 42, head=head, wake=lambda: woken.append(1))
+        assert not head.future.done()
+    grants.heard(2, b"k", (b"t", 10.0, sent), 42, head=head, wake=lambda: woken.append(1))
+    outcome = head.future.result()
+    assert outcome.fence == 42
+    assert outcome.start == sent  # validity from the offer's sending
+    assert outcome.expires_at == sent + 10.0 - 0.1
+    assert woken
+    # Taken: a late grant from another node is kept while the lock is held...
+    grants.settled(b"t", b"k", outcome.votes)
+    grants.heard(3, b"k", (b"t", 10.0, sent), 42, head=None, wake=lambda: None)
+    assert not any(node.calls for node in quorum.nodes)
+    # ...and given back on that node alone once it was let go.
+    grants.let_go(b"t")
+    grants.heard(4, b"k", (b"t", 10.0, sent), 42, head=None, wake=lambda: None)
+    assert [len(node.calls) for node in quorum.nodes] == [0, 0, 0, 0, 1]
+    assert quorum.nodes[4].calls[0] == (RELEASE_SCRIPT.sha, (b"1", b"k", b"t", NOT_FREE))
+    # A node that counted is never given back.
+    grants.heard(1, b"k", (b"t", 10.0, sent), 42, head=None, wake=lambda: None)
+    assert len(quorum.nodes[1].calls) == 0
+
+
+async def test_grants_that_disagree_or_come_from_quarantined_nodes_are_left_to_an_attempt() -> None:
+    sent = time.monotonic()
+    # Fencing tokens that differ: the head settles them with an attempt of its own.
+    grants = Grants(_Quorum())  # type: ignore[arg-type]
+    head = Taker(b"t", 10.0)
+    woken: list[int] = []
+    for node, fence in ((0, 41), (1, 42), (2, 42)):
+        grants.heard(node, b"k", (b"t", 10.0, sent), fence, head=head, wake=lambda: woken.append(1))
+    assert not head.future.done()
+    assert woken
+    # A node in its restart quarantine does not count.
+    grants = Grants(_Quorum(veto=lambda i: RuntimeError() if i == 0 else None))  # type: ignore[arg-type]
+    head = Taker(b"t", 10.0)
+    for node in (0, 1, 2):
+        grants.heard(node, b"k", (b"t", 10.0, sent), 42, head=head, wake=lambda: None)
+    assert not head.future.done()
+    grants.heard(3, b"k", (b"t", 10.0, sent), 42, head=head, wake=lambda: None)
+    assert head.future.done()
+    assert {head.future.result().votes.verdicts[i] for i in (1, 2, 3)} == {True}
+
+
+async def test_a_grant_for_a_waiter_that_is_gone_is_given_back_everywhere() -> None:
+    quorum = _Quorum()
+    grants = Grants(quorum)  # type: ignore[arg-type]
+    other_head = Taker(b"u", 10.0)
+    grants.heard(0, b"k", (b"t", 10.0, time.monotonic()), 42, head=other_head, wake=lambda: None)
+    assert [len(node.calls) for node in quorum.nodes] == [1] * 5
+    assert quorum.nodes[0].calls[0] == (RELEASE_SCRIPT.sha, (b"1", b"k", b"t"))
+    # A waiter that leaves after grants came, without the lock: given back too.
+    head = Taker(b"v", 10.0)
+    grants.heard(0, b"k", (b"v", 10.0, time.monotonic()), 42, head=head, wake=lambda: None)
+    grants.settled(b"v", b"k", None)
+    assert [len(node.calls) for node in quorum.nodes] == [2] * 5
