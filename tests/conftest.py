@@ -196,6 +196,32 @@ async def tokens_on(clients: list[redis.Redis], name: str) -> list[bytes | None]
     return [await c.get(key(name)) for c in clients]
 
 
+def count_attempts(manager: aiolock.LockManager) -> list[int]:
+    """Counts the acquire attempts ``manager`` sends (one each to every node)."""
+    quorum = manager._engine.quorum
+    attempt = quorum.acquire
+    count = [0]
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        count[0] += 1
+        return await attempt(*args, **kwargs)
+
+    quorum.acquire = counted  # type: ignore[method-assign]
+    return count
+
+
+async def members_on(clients: list[redis.Redis], zset: str, count: int) -> list[list[bytes]]:
+    """The members of the sorted set ``zset`` on each server, once every server holds
+    ``count`` of them (the turn queue's keys: a join lands on each node in its time)."""
+    deadline = time.monotonic() + 10
+    while True:
+        seen = [list(await client.zrange(zset, 0, -1)) for client in clients]
+        if all(len(members) == count for members in seen):
+            return seen
+        assert time.monotonic() < deadline, seen
+        await asyncio.sleep(0.02)
+
+
 class TurnScripts:
     """Counts the turn-queue bookkeeping (``TURN_JOIN``, ``TURN_LEAVE``: see
     ``aiolock/_turns.py``) that watched managers send, one script to each node per

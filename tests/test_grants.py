@@ -27,33 +27,22 @@ from aiolock._handoff import Taker
 from aiolock._scripts import ACQUIRE_SCRIPT, NOT_FREE, RELEASE_SCRIPT, Script
 from aiolock._turn_scripts import RELEASE_TURN_SCRIPT, TURN_JOIN_SCRIPT
 
-from .conftest import TurnScripts, key, scripts_run
+from .conftest import TurnScripts, count_attempts, key, members_on, scripts_run
 
 WORKER = Path(__file__).parent / "turns_worker.py"
 
 
-def _count_attempts(manager: LockManager) -> list[int]:
-    quorum = manager._engine.quorum
-    attempt = quorum.acquire
-    count = [0]
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        count[0] += 1
-        return await attempt(*args, **kwargs)
-
-    quorum.acquire = counted  # type: ignore[method-assign]
-    return count
-
-
 async def _offers(clients: list[redis.Redis], name: str, count: int) -> list[bytes]:
     """The offers in ``name``'s turn queue, once every node holds ``count`` of them."""
-    deadline = time.monotonic() + 10
-    while True:
-        seen = [await client.zrange(key(name) + ":turns:offers", 0, -1) for client in clients]
-        if all(len(offers) == count for offers in seen):
-            return list(seen[0])
-        assert time.monotonic() < deadline, seen
-        await asyncio.sleep(0.02)
+    return (await members_on(clients, key(name) + ":turns:offers", count))[0]
+
+
+async def _expect(pubsub: Any, data: bytes) -> Any:
+    """The next message, which must carry ``data``."""
+    message = await _next(pubsub)
+    assert message is not None
+    assert message["data"] == data
+    return message
 
 
 async def _next(pubsub: Any) -> Any:
@@ -104,7 +93,7 @@ async def test_the_next_process_in_line_is_granted_the_lock_without_an_attempt(
         queued = time.monotonic()
         waits = asyncio.create_task(waiter.acquire(timeout=20))
         await _offers(clients, name, 1)
-        attempts = _count_attempts(waiter_side)
+        attempts = count_attempts(waiter_side)
         await asyncio.sleep(1.0)  # the offer was sent a second before the release
         turn_scripts.watch(holder_side, waiter_side)
         for client in clients:
@@ -183,7 +172,7 @@ async def test_grants_lost_on_the_way_cost_one_attempt_not_a_fallback(
             deliver(channel, message)
 
         _heard_through(first, losing)
-        attempts = _count_attempts(first)
+        attempts = count_attempts(first)
         released = time.monotonic()
         await holder.release()
         assert await asyncio.wait_for(first_waits, 20)
@@ -278,9 +267,7 @@ async def test_the_release_script_grants_a_fresh_offer_and_names_a_stale_one(
     await asyncio.sleep(0.6)
     assert await _eval(client, RELEASE_TURN_SCRIPT, keys, "old", floor) == 1
     assert await client.get(key(name)) is None
-    message = await _next(pubsub)
-    assert message is not None
-    assert message["data"] == b"aa"
+    await _expect(pubsub, b"aa")
     await pubsub.aclose()
 
 
@@ -300,18 +287,14 @@ async def test_the_release_script_undoes_a_grant_nobody_hears_and_skips_the_rele
     assert await _eval(client, RELEASE_TURN_SCRIPT, keys, "old", floor) == 1
     assert await client.get(key(name)) is None
     assert await client.zrange(key(name) + ":turns", 0, -1) == [b"bb"]
-    message = await _next(pubsub)
-    assert message is not None
-    assert message["data"] == b""
+    await _expect(pubsub, b"")
     # The releasing process is next (alone in line): named, never granted (its streak
     # ends so that processes out of line get a chance).
     await client.set(key(name), "old", px=30_000)
     life, place, member = 60_000, 2, "bb"
     assert await _eval(client, RELEASE_TURN_SCRIPT, keys, "old", floor, life, place, member) == 1
     assert await client.get(key(name)) is None
-    message = await _next(pubsub)
-    assert message is not None
-    assert message["data"] == b"bb"
+    await _expect(pubsub, b"bb")
     await pubsub.aclose()
 
 

@@ -33,7 +33,7 @@ import aiolock._turns
 from aiolock import Lock, LockManager
 from aiolock._waiting import LOCAL_STREAK
 
-from .conftest import key, scripts_run
+from .conftest import count_attempts, key, members_on, scripts_run
 
 WORKER = Path(__file__).parent / "turns_worker.py"
 
@@ -48,30 +48,11 @@ def naming_only(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return {**os.environ, "AIOLOCK_TEST_NO_OFFERS": "1"}
 
 
-def _count_attempts(manager: LockManager) -> list[int]:
-    """Counts the acquire attempts ``manager`` sends (one each to every node)."""
-    quorum = manager._engine.quorum
-    attempt = quorum.acquire
-    count = [0]
-
-    async def counted(*args: Any, **kwargs: Any) -> Any:
-        count[0] += 1
-        return await attempt(*args, **kwargs)
-
-    quorum.acquire = counted  # type: ignore[method-assign]
-    return count
-
-
 async def _in_line(clients: list[redis.Redis], name: str, members: int) -> list[bytes]:
     """The turn queue of ``name`` once every node has ``members`` entries (in order)."""
-    deadline = time.monotonic() + 10
-    while True:
-        lines = [await client.zrange(key(name) + ":turns", 0, -1) for client in clients]
-        if all(len(line) == members for line in lines):
-            assert all(line == lines[0] for line in lines), lines
-            return list(lines[0])
-        assert time.monotonic() < deadline, lines
-        await asyncio.sleep(0.02)
+    lines = await members_on(clients, key(name) + ":turns", members)
+    assert all(line == lines[0] for line in lines), lines
+    return lines[0]
 
 
 @pytest.mark.usefixtures("naming_only")
@@ -101,7 +82,7 @@ async def test_processes_take_turns_in_the_order_they_queued(
             await asyncio.sleep(0.01)  # a later place, also by the millisecond
         members = await _in_line(clients, name, 3)
         assert members == [m._engine.turns.member for m in waiting if m._engine.turns]
-        attempts = [_count_attempts(manager) for manager in waiting]
+        attempts = [count_attempts(manager) for manager in waiting]
         await holder.release()
         await asyncio.wait_for(asyncio.gather(*tasks), 20)
     assert order == [0, 1, 2]
