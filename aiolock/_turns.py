@@ -22,16 +22,16 @@ each loser costs a script per node, and a split vote a round for everyone. Inste
   unless a later release is heard first, and takes the one passed over out of the line
   (alive, it joins again at its place when it next refreshes). A process that was named
   and whose waiters all left announces the lock free.
-* **A lost message still costs at most one ttl, never a hang**: the waiter's other
-  wake-ups (the holder's expiry, a dropped pub/sub connection) are unchanged.
-
-Only the plain lock takes turns; a semaphore's and a read-write lock's waiters race as
-before.
 * **The release grants the lock to that process when it can**: each waiting process
   leaves with its entry the token and ttl its head would take the lock with (an
   *offer*, refreshed with the entry and with each release of ours), and the release
   sets the key to it and tells that process alone (see ``_grants.py``). Where it
   cannot (no fresh offer), it names the process, which then tries as above.
+* **A lost message still costs at most one ttl, never a hang**: the waiter's other
+  wake-ups (the holder's expiry, a dropped pub/sub connection) are unchanged.
+
+Only the plain lock takes turns; a semaphore's and a read-write lock's waiters race as
+before.
 """
 
 from __future__ import annotations
@@ -123,6 +123,7 @@ class Entry:
         "_join_args",
         "_key",
         "_keys",
+        "_life",
         "_refresh",
         "_turns",
         "_wake",
@@ -145,8 +146,9 @@ class Entry:
         #: Where we are in line: our clock when we joined, in microseconds (a float
         #: holds it exactly; two processes are unlikely to share one).
         self.place = b"%d" % int(turns.wall_clock() * 1_000_000)
-        ttl = b"%d" % int(ENTRY_TTL * 1000)
-        self._join_args = (*self._keys, turns.member, self.place, ttl)
+        #: How long the queue's keys live unless refreshed, in ms.
+        self._life = b"%d" % int(ENTRY_TTL * 1000)
+        self._join_args = (*self._keys, turns.member, self.place, self._life)
         self._fallback: asyncio.TimerHandle | None = None
         self._refresh: asyncio.TimerHandle | None = None
         #: A release named us and none of our waiters has taken the lock since.
@@ -166,8 +168,7 @@ class Entry:
         (sent with the release, the freshest there is).
         """
         turns = self._turns
-        life = b"%d" % int(ENTRY_TTL * 1000)
-        return (life, self.place, turns.member, *turns.offer(self._key, self._head()))
+        return (self._life, self.place, turns.member, *turns.offer(self._key, self._head()))
 
     def heard(self, message: bytes) -> bool:
         """Whether a release ``message`` (not ``NOT_FREE``) lets our head try now.

@@ -53,7 +53,7 @@ from ._pubsub import ClusterSubscriber, Listener, Subscriber
 from ._queue import Queue
 from ._scripts import NOT_FREE
 from ._turns import Turns
-from ._votes import Votes
+from ._votes import Attempt, Votes
 
 __all__ = ["Outcome", "Waiting"]
 
@@ -275,7 +275,7 @@ class Waiting:
                         queue.wake.clear()
                         result = await self._attempt(attempt, offer)
                     if result.expires_at is not None:
-                        won = getattr(result, "votes", None)
+                        won = result.votes if isinstance(result, Attempt) else None
                         queue.promised = False
                         if queue.entry is not None:
                             queue.entry.taken()
@@ -328,7 +328,8 @@ class Waiting:
             return
         del self._queues[key]
         # Named by a release, and no waiter of ours took the lock: it is free for all.
-        unused_turn = None if queue.entry is None else queue.entry.close()
+        in_line = queue.entry is not None
+        unused_turn = queue.entry is not None and queue.entry.close()
         for channel in queue.channels:
             del self._by_channel[channel]
             if queue.promised or unused_turn:
@@ -339,7 +340,7 @@ class Waiting:
             for subscriber in queue.listeners:
                 for channel in queue.channels:
                     subscriber.unsubscribe(channel)
-        if unused_turn is not None and self._turns is not None:  # it was in line
+        if in_line and self._turns is not None:  # grants to us were heard (see _join)
             for subscriber in self._subscribers:
                 subscriber.unsubscribe(grant_channel(key, self._turns.member))
 

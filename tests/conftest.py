@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import math
@@ -220,6 +221,42 @@ async def members_on(clients: list[redis.Redis], zset: str, count: int) -> list[
             return seen
         assert time.monotonic() < deadline, seen
         await asyncio.sleep(0.02)
+
+
+async def in_line(clients: list[redis.Redis], name: str, members: int) -> list[bytes]:
+    """The turn queue of ``name`` once every node has ``members`` entries (in order)."""
+    lines = await members_on(clients, key(name) + ":turns", members)
+    assert all(line == lines[0] for line in lines), lines
+    return lines[0]
+
+
+class InLine:
+    """A holder of ``name``, and two managers waiting for it, first and second in line."""
+
+    def __init__(
+        self,
+        holder: aiolock.Lock,
+        waiting: list[tuple[aiolock.LockManager, aiolock.Lock, asyncio.Task[bool]]],
+    ) -> None:
+        self.holder = holder
+        (self.first, self.first_lock, self.first_waits) = waiting[0]
+        (self.second, self.second_lock, self.second_waits) = waiting[1]
+
+
+async def two_in_line(
+    stack: contextlib.AsyncExitStack, urls: list[str], clients: list[redis.Redis], name: str
+) -> InLine:
+    """A holder of ``name`` (ttl 30 s), and two managers in its turn queue behind it."""
+    holder_side = await stack.enter_async_context(aiolock.LockManager(urls))
+    holder = holder_side.lock(name, ttl=30, auto_renew=False)
+    assert await holder.acquire(timeout=0)
+    waiting = []
+    for place in (1, 2):
+        manager = await stack.enter_async_context(aiolock.LockManager(urls))
+        lock = manager.lock(name, ttl=30, auto_renew=False)
+        waiting.append((manager, lock, asyncio.create_task(lock.acquire(timeout=20))))
+        await in_line(clients, name, place)
+    return InLine(holder, waiting)
 
 
 class TurnScripts:

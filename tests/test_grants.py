@@ -21,13 +21,13 @@ from typing import Any
 import redis.asyncio as redis
 
 import aiolock._turns
-from aiolock import Lock, LockManager
+from aiolock import LockManager
 from aiolock._grants import GRANT_WAIT, Grants
 from aiolock._handoff import Taker
 from aiolock._scripts import ACQUIRE_SCRIPT, NOT_FREE, RELEASE_SCRIPT, Script
 from aiolock._turn_scripts import RELEASE_TURN_SCRIPT, TURN_JOIN_SCRIPT
 
-from .conftest import TurnScripts, count_attempts, key, members_on, scripts_run
+from .conftest import TurnScripts, count_attempts, key, members_on, scripts_run, two_in_line
 
 WORKER = Path(__file__).parent / "turns_worker.py"
 
@@ -62,23 +62,6 @@ def _heard_through(manager: LockManager, hook: Callable[..., None]) -> None:
         subscriber._on_message = (  # type: ignore[attr-defined]
             lambda channel, message, deliver=deliver: hook(deliver, channel, message)
         )
-
-
-async def _holder_and_waiters(
-    stack: contextlib.AsyncExitStack, urls: list[str], clients: list[redis.Redis], name: str
-) -> tuple[Lock, list[tuple[LockManager, Lock, asyncio.Task[bool]]]]:
-    """A holder of ``name`` (ttl 30 s) and two processes waiting for it, in that order."""
-    holder_side = await stack.enter_async_context(LockManager(urls))
-    holder = holder_side.lock(name, ttl=30, auto_renew=False)
-    assert await holder.acquire(timeout=0)
-    waiting = []
-    for count in (1, 2):
-        manager = await stack.enter_async_context(LockManager(urls))
-        lock = manager.lock(name, ttl=30, auto_renew=False)
-        waiting.append((manager, lock, asyncio.create_task(lock.acquire(timeout=20))))
-        await _offers(clients, name, count)
-        await asyncio.sleep(0.01)  # a later place, also by the millisecond
-    return holder, waiting
 
 
 async def test_the_next_process_in_line_is_granted_the_lock_without_an_attempt(
@@ -160,8 +143,14 @@ async def test_grants_lost_on_the_way_cost_one_attempt_not_a_fallback(
     urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        holder, waiting = await _holder_and_waiters(stack, urls, clients, name)
-        (first, first_lock, first_waits), (_, second_lock, second_waits) = waiting
+        line = await two_in_line(stack, urls, clients, name)
+        holder, first, first_lock, first_waits = (
+            line.holder,
+            line.first,
+            line.first_lock,
+            line.first_waits,
+        )
+        second_lock, second_waits = line.second_lock, line.second_waits
         # The first in line loses three of the five grant messages: no quorum heard.
         lost: list[bytes] = []
 
@@ -192,8 +181,9 @@ async def test_a_waiter_that_leaves_as_the_lock_is_granted_gives_it_back_at_once
     urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        holder, waiting = await _holder_and_waiters(stack, urls, clients, name)
-        (first, _, first_waits), (_, second_lock, second_waits) = waiting
+        line = await two_in_line(stack, urls, clients, name)
+        holder, first, first_waits = line.holder, line.first, line.first_waits
+        second_lock, second_waits = line.second_lock, line.second_waits
 
         def cancelling(
             deliver: Callable[[bytes, bytes], None], channel: bytes, message: bytes

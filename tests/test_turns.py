@@ -30,10 +30,10 @@ import pytest
 import redis.asyncio as redis
 
 import aiolock._turns
-from aiolock import Lock, LockManager
+from aiolock import LockManager
 from aiolock._waiting import LOCAL_STREAK
 
-from .conftest import count_attempts, key, members_on, scripts_run
+from .conftest import count_attempts, in_line, key, scripts_run, two_in_line
 
 WORKER = Path(__file__).parent / "turns_worker.py"
 
@@ -46,13 +46,6 @@ def naming_only(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """
     monkeypatch.setattr(aiolock._turns.Turns, "offer", lambda _self, _key, _taker: ())
     return {**os.environ, "AIOLOCK_TEST_NO_OFFERS": "1"}
-
-
-async def _in_line(clients: list[redis.Redis], name: str, members: int) -> list[bytes]:
-    """The turn queue of ``name`` once every node has ``members`` entries (in order)."""
-    lines = await members_on(clients, key(name) + ":turns", members)
-    assert all(line == lines[0] for line in lines), lines
-    return lines[0]
 
 
 @pytest.mark.usefixtures("naming_only")
@@ -78,9 +71,9 @@ async def test_processes_take_turns_in_the_order_they_queued(
         tasks = []
         for i in range(3):
             tasks.append(asyncio.create_task(wait_then_hold(i)))
-            await _in_line(clients, name, i + 1)  # joined behind the ones before
+            await in_line(clients, name, i + 1)  # joined behind the ones before
             await asyncio.sleep(0.01)  # a later place, also by the millisecond
-        members = await _in_line(clients, name, 3)
+        members = await in_line(clients, name, 3)
         assert members == [m._engine.turns.member for m in waiting if m._engine.turns]
         attempts = [count_attempts(manager) for manager in waiting]
         await holder.release()
@@ -121,11 +114,11 @@ async def test_a_waiter_process_killed_first_in_line_delays_the_others_about_one
         try:
             assert worker.stdout is not None
             assert await asyncio.wait_for(worker.stdout.readline(), 30) == b"waiting\n"
-            [dead] = await _in_line(clients, name, 1)
+            [dead] = await in_line(clients, name, 1)
             waiter = asyncio.create_task(
                 waiter_side.lock(name, ttl=30, auto_renew=False).acquire(timeout=20)
             )
-            assert (await _in_line(clients, name, 2))[0] == dead  # behind the worker
+            assert (await in_line(clients, name, 2))[0] == dead  # behind the worker
         finally:
             worker.send_signal(signal.SIGKILL)
             await worker.wait()
@@ -137,30 +130,6 @@ async def test_a_waiter_process_killed_first_in_line_delays_the_others_about_one
         waited = time.monotonic() - released
     # It tried after FALLBACK, not at once, nor after the holder's 30 s PTTL.
     assert aiolock._turns.FALLBACK * 0.9 < waited < aiolock._turns.FALLBACK + 2.5
-
-
-class _InLine:
-    """A holder of ``name``, and two managers waiting for it, first and second in line."""
-
-    def __init__(self, holder: Lock, waiting: list[tuple[LockManager, Lock, asyncio.Task[bool]]]):
-        self.holder = holder
-        (self.first, self.first_lock, self.first_waits) = waiting[0]
-        (self.second, self.second_lock, self.second_waits) = waiting[1]
-
-
-async def _two_in_line(
-    stack: contextlib.AsyncExitStack, urls: list[str], clients: list[redis.Redis], name: str
-) -> _InLine:
-    holder_side = await stack.enter_async_context(LockManager(urls))
-    holder = holder_side.lock(name, ttl=30, auto_renew=False)
-    assert await holder.acquire(timeout=0)
-    waiting = []
-    for place in (1, 2):
-        manager = await stack.enter_async_context(LockManager(urls))
-        lock = manager.lock(name, ttl=30, auto_renew=False)
-        waiting.append((manager, lock, asyncio.create_task(lock.acquire(timeout=20))))
-        await _in_line(clients, name, place)
-    return _InLine(holder, waiting)
 
 
 def _intercept(manager: LockManager, hook: Callable[[bytes, bytes], None]) -> Callable[..., None]:
@@ -178,7 +147,7 @@ async def test_a_lost_turn_message_costs_about_one_refresh_interval(
     urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        line = await _two_in_line(stack, urls, clients, name)
+        line = await two_in_line(stack, urls, clients, name)
         first, first_lock, first_waits = line.first, line.first_lock, line.first_waits
         second_lock, second_waits = line.second_lock, line.second_waits
         # The first in line loses the next release message on every node it hears.
@@ -224,7 +193,7 @@ async def _run_workers(
         for worker in workers:
             assert worker.stdout is not None
             assert await asyncio.wait_for(worker.stdout.readline(), 30) == b"waiting\n"
-        await _in_line(clients, name, 4)
+        await in_line(clients, name, 4)
         for client in clients:
             await client.config_resetstat()
         await holder.release()
@@ -262,7 +231,7 @@ async def test_a_process_that_leaves_in_its_turn_announces_the_lock_free(
     urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:
     async with contextlib.AsyncExitStack() as stack:
-        line = await _two_in_line(stack, urls, clients, name)
+        line = await two_in_line(stack, urls, clients, name)
         first_waits, second_lock, second_waits = (
             line.first_waits,
             line.second_lock,
@@ -307,7 +276,7 @@ async def test_a_head_cancelled_while_subscribing_leaves_its_place_in_line_to_th
         await asyncio.sleep(0.2)
         first.cancel()
         # The next head joins the turn queue in its place.
-        assert len(await _in_line(clients, name, 1)) == 1
+        assert len(await in_line(clients, name, 1)) == 1
         released = time.monotonic()
         await holder.release()
         assert await asyncio.wait_for(second, 20)
