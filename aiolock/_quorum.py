@@ -26,6 +26,7 @@ from typing import Any
 
 import anyio
 
+from ._batch import BatchVotes, batch_chunks
 from ._connection import Callback, call_with_keys_asked, ignore
 from ._fencing import fence_retention
 from ._keys import fence_key as fence_key_of
@@ -41,13 +42,11 @@ from ._scripts import (
 )
 from ._votes import (
     Attempt,
-    BatchVotes,
     Classifier,
     NodeLike,
     Veto,
     Votes,
     WriteTimer,
-    batch_chunks,
     drift,
     is_list,
     is_one,

@@ -12,11 +12,12 @@ from typing import Any
 import anyio
 import pytest
 
+from aiolock._batch import BATCH_BYTES, batch_chunks
 from aiolock._connection import MAX_KEY_ROUNDS
 from aiolock._node import Callback
 from aiolock._quorum import Quorum
 from aiolock._scripts import ACQUIRE_SCRIPT, RAISE_FENCE_SCRIPT, RELEASE_SCRIPT, Script
-from aiolock._votes import BATCH_BYTES, DRIFT_FLOOR, batch_chunks, drift, quorum_size
+from aiolock._votes import DRIFT_FLOOR, drift, quorum_size
 
 TAKEN = [1, 0]  # ACQUIRE's reply when the key was set
 HELD = [0, 5000]  # ... when someone else holds it, 5 s to live
