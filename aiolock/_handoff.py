@@ -18,6 +18,9 @@ as an acquire does. Nothing is published: the lock is not free for other process
 - Only a lock still valid is passed on: one lost or expired is released as before.
 - Not during a restart quarantine: a quarantined node's yes does not count for an
   acquire, and a handoff would then fail where a release succeeds.
+
+A handoff with more waiters of this process behind its taker also reserves fencing
+tokens for them, which the handoffs after it hand out with no I/O (see _lease.py).
 """
 
 from __future__ import annotations
@@ -31,12 +34,21 @@ import anyio
 
 from ._connection import ignore
 from ._scripts import NOT_FREE, PASS_ON_SCRIPT, RELEASE_EITHER_SCRIPT, RELEASE_SCRIPT
+from ._votes import Attempt, Votes
 
 if TYPE_CHECKING:
     from ._quorum import Quorum
-    from ._votes import Attempt, Votes
 
-__all__ = ["Line", "Taker", "can_pass_on", "give_back", "others_in_line", "pass_on"]
+__all__ = [
+    "Line",
+    "Taker",
+    "can_pass_on",
+    "give_back",
+    "others_in_line",
+    "pass_on",
+    "reserved",
+]
+
 
 #: A name's turn queue and this process's member in it, or nothing (no turns).
 Line = tuple[bytes, bytes] | tuple[()]
@@ -90,19 +102,42 @@ def can_pass_on(quorum: Quorum) -> bool:
     return veto is None or all(veto(i) is None for i in range(quorum.n))
 
 
-async def pass_on(quorum: Quorum, key: bytes, token: bytes, taker: Taker, line: Line = ()) -> Votes:
+def reserved(quorum: Quorum, attempt: Attempt, reserve: int) -> int | None:
+    """The reserve a won ``PASS_ON`` asking for ``reserve`` tokens made, if any.
+
+    The nodes that returned the token itself left their counters at token + reserve;
+    when they are a quorum, every token up to that is reserved.
+    """
+    fence = attempt.fence
+    if not reserve or fence is None:
+        return None
+    votes = attempt.votes
+    at_fence = sum(
+        1
+        for reply, verdict in zip(votes.replies, votes.verdicts, strict=True)
+        if verdict and reply[1] == fence
+    )
+    return fence + reserve if at_fence >= quorum.quorum else None
+
+
+async def pass_on(
+    quorum: Quorum, key: bytes, token: bytes, taker: Taker, line: Line = (), *, reserve: int = 0
+) -> Votes:
     """Release ``key``, held with ``token``, by passing it to ``taker``.
 
     ``line``: the name's turn queue and this process's member in it, when processes
     take turns: each node then says whether another process is in line (read the
-    replies with :func:`others_in_line`).
+    replies with :func:`others_in_line`). ``reserve``: how many fencing tokens to
+    reserve above the taker's, for leases to the waiters behind it.
 
     Completes even if the caller is cancelled (re-raised after, as a release): the
     handoff runs in a task of its own, which the caller waits for whatever happens, so
     that the waiter always gets its outcome. Returns the votes, read as the release's:
     won when a majority now holds the taker's token.
     """
-    handoff = asyncio.get_running_loop().create_task(_hand_over(quorum, key, token, taker, line))
+    handoff = asyncio.get_running_loop().create_task(
+        _hand_over(quorum, key, token, taker, line, reserve=reserve)
+    )
     cancelled: asyncio.CancelledError | None = None
     # Shielded from anyio's cancel scopes (which would cancel again at every await)
     # and from native cancellation (caught, re-raised once the handoff is done).
@@ -119,7 +154,9 @@ async def pass_on(quorum: Quorum, key: bytes, token: bytes, taker: Taker, line: 
     return handoff.result()
 
 
-async def _hand_over(quorum: Quorum, key: bytes, token: bytes, taker: Taker, line: Line) -> Votes:
+async def _hand_over(
+    quorum: Quorum, key: bytes, token: bytes, taker: Taker, line: Line, *, reserve: int
+) -> Votes:
     """The handoff itself: one script per node, then the outcome to the waiter."""
     attempt = await quorum.acquire(
         key,
@@ -127,11 +164,12 @@ async def _hand_over(quorum: Quorum, key: bytes, token: bytes, taker: Taker, lin
         taker.ttl,
         script=PASS_ON_SCRIPT,
         more_keys=line[:1],
-        more_args=(token, *line[1:]),
+        more_args=(token, b"%d" % reserve, *line[1:]),
         # The waiter falls back to an attempt of its own: others need not try.
         cleanup=(RELEASE_EITHER_SCRIPT, (), (token, NOT_FREE)),
     )
     if attempt.acquired:
+        attempt.reserve = reserved(quorum, attempt, reserve)
         taker.on_dropped = functools.partial(give_back, quorum, key, taker.token)
     if not taker.deliver(attempt) and attempt.acquired:
         # The waiter left meanwhile: nobody takes the lock after all.

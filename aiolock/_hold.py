@@ -54,6 +54,7 @@ class Hold:
         "name",
         "renewal",
         "repairable",
+        "reserve",
         "token",
         "ttl",
         "valid_from",
@@ -79,6 +80,10 @@ class Hold:
         #: The ttl of each renewal.
         self.ttl = ttl
         self.fence = fence
+        #: The greatest fencing token reserved on a quorum for this key's holders of
+        #: this process (see ``_lease.lease``): tokens above ``fence`` up to it may be
+        #: handed out without asking the nodes.
+        self.reserve = fence
         #: When the request that set the current validity was sent (monotonic).
         self.valid_from = valid_from
         #: When the validity ends (monotonic): ``valid_from + ttl - drift``.

@@ -48,7 +48,8 @@ class LockInfo:
     #: Seconds the lock stays held on a quorum at least (less the drift allowance and
     #: the time the question took); ``None`` when not held.
     remaining: float | None
-    #: The highest fencing counter of the nodes: the last fencing token issued.
+    #: The highest fencing counter of the nodes: the last fencing token issued (or
+    #: above it, by tokens reserved for handoffs within a process: see _lease.py).
     fencing_counter: int | None
     #: Each node's view, in the manager's order.
     nodes: tuple[NodeInfo, ...]

@@ -10,8 +10,9 @@ import anyio
 from ._base import BaseHandle
 from ._checks import shown
 from ._errors import LockLost, LockNotOwned, QuorumError
-from ._handoff import can_pass_on, pass_on
+from ._handoff import can_pass_on
 from ._hold import Hold
+from ._lease import hand_on
 from ._ticket import Ticket, encode_ticket
 from ._votes import Attempt, Votes
 
@@ -155,10 +156,12 @@ class Lock(BaseHandle):
         if attempt is None:
             return False
         assert attempt.expires_at is not None  # noqa: S101
-        self._own(token, attempt.fence, attempt.start, attempt.expires_at)
+        # A lease's token is the key's, as its holder took it (see _lease.py).
+        hold = self._own(attempt.token or token, attempt.fence, attempt.start, attempt.expires_at)
+        hold.reserve = attempt.reserve or hold.reserve  # fencing tokens for leases after us
         return True
 
-    def _own(self, token: bytes, fence: int | None, valid_from: float, expires_at: float) -> None:
+    def _own(self, token: bytes, fence: int | None, valid_from: float, expires_at: float) -> Hold:
         """Hold the key with ``token`` (acquired, or attached): renew it, note the task."""
         engine = self._engine
         hold = self._hold = Hold(
@@ -178,6 +181,7 @@ class Lock(BaseHandle):
             self._entry = engine.tasks.add(
                 self._key, hold, self._renewal, reentrant=self._reentrant
             )
+        return hold
 
     def _outage(self, outcome: Attempt) -> QuorumError:
         return self._engine.quorum_error(f"acquire of {self._what}", outcome.votes)
@@ -204,8 +208,7 @@ class Lock(BaseHandle):
         self._stop_renewal()
         engine = self._engine
         expired = self.remaining() <= 0.0
-        # Wake the next local waiter now: its attempt is written after our release
-        # on each node's ordered connection, so the handoff costs no extra trip.
+        # (A waiter of this process may take it over: see _give_back.)
         held = engine.clock() - hold.acquired_at
         try:
             votes = await self._give_back(hold.token, valid=not expired)
@@ -215,7 +218,7 @@ class Lock(BaseHandle):
             engine.emit("released", self._name, held)
         if expired:
             raise LockNotOwned(f"{self._what} had expired before release")
-        if votes.won:
+        if votes is None or votes.won:  # None: leased to a waiter of this process
             return
         if votes.rejected:
             raise LockNotOwned(
@@ -339,19 +342,17 @@ class Lock(BaseHandle):
     async def _attempt(self, token: bytes) -> Attempt:
         return await self._engine.quorum.acquire(self._key, token, self._ttl)
 
-    async def _give_back(self, token: bytes, *, valid: bool) -> Votes:
-        """Release, or pass a ``valid`` lock to the head of this process's queue."""
-        quorum, waiting, queue = self._engine.quorum, self._engine.waiting, self._queue_key
-        if self._engine.grants is not None:
-            self._engine.grants.let_go(token)  # late grants of it are given back now
+    async def _give_back(self, token: bytes, *, valid: bool) -> Votes | None:
+        """Release, or pass a ``valid`` lock to our queue's head (``None``: a lease)."""
+        engine, waiting, queue = self._engine, self._engine.waiting, self._queue_key
         # (Uncontended, the usual case: no local queue, nothing more is looked at.)
         passes_on = valid and self._passes_on and waiting.waiters(queue) > 0
-        local = waiting.released(queue, pass_on=passes_on and can_pass_on(quorum))
-        if isinstance(local, bool):
-            return await self._release_votes(token, local=local)
-        votes = await pass_on(quorum, self._key, token, local, waiting.line(queue))
-        waiting.line_seen(queue, votes)
-        return votes
+        local = waiting.released(queue, pass_on=passes_on and can_pass_on(engine.quorum))
+        if not isinstance(local, bool):
+            return await hand_on(engine, self._key, token, self._hold, local)
+        if engine.grants is not None:
+            engine.grants.let_go(token)  # late grants of it are given back now
+        return await self._release_votes(token, local=local)
 
     async def _release_votes(self, token: bytes, *, local: bool = False) -> Votes:
         return await self._engine.release(self._key, token, local=local)

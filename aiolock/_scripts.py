@@ -207,7 +207,10 @@ return 0
 # the lock is not free for anyone else.
 # KEYS[1] lock key, KEYS[2] its fencing counter, KEYS[3] (optional) its turn queue
 # ARGV[1..4] as for ACQUIRE, for the waiter (its token, ttl, ...); ARGV[5] the old token
-# ARGV[6] (with KEYS[3]) the releasing process's member in the turn queue
+# ARGV[6] how many fencing tokens to reserve above the waiter's, for the handoffs that
+#         follow it within the process (the lease, see _handoff.py): the counter is
+#         left at fence + ARGV[6]
+# ARGV[7] (with KEYS[3]) the releasing process's member in the turn queue
 # returns {1, fence, others} when the key held the old token and now holds the
 #         waiter's (with a fresh ttl and the next fencing token, as ACQUIRE would);
 #         others: 1 when another process is in the turn queue, else 0 (see
@@ -222,10 +225,13 @@ if holder == ARGV[5] then
 """
     + FENCE
     + b"""\
+if ARGV[6] ~= '0' then
+    redis.call('set', KEYS[2], string.format('%.0f', fence + tonumber(ARGV[6])), 'PX', ARGV[3])
+end
 local others = 0
 if KEYS[3] then
     local line = redis.call('zrange', KEYS[3], 0, 1)
-    if #line == 2 or (#line == 1 and line[1] ~= ARGV[6]) then
+    if #line == 2 or (#line == 1 and line[1] ~= ARGV[7]) then
         others = 1
     end
 end

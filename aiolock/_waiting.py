@@ -275,7 +275,9 @@ class Waiting:
                         queue.wake.clear()
                         result = await self._attempt(attempt, offer)
                     if result.expires_at is not None:
-                        won = result.votes if isinstance(result, Attempt) else None
+                        # (A lease's votes are no node's: its offer was taken nowhere.)
+                        leased = isinstance(result, Attempt) and result.token is not None
+                        won = result.votes if isinstance(result, Attempt) and not leased else None
                         queue.promised = False
                         if queue.entry is not None:
                             queue.entry.taken()

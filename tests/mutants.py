@@ -453,6 +453,56 @@ MUTANTS = [
         "if false then\n    redis.call('pexpire', KEYS[1], ARGV[2])",
         ("tests/test_grants.py",),
     ),
+    # Leases: handoffs within a process that send nothing (issue 17, aiolock/_lease.py).
+    Mutant(
+        "a PASS_ON reserves no tokens for the leases after it",
+        "aiolock/_scripts.py",
+        "if ARGV[6] ~= '0' then",
+        "if false then",
+        ("tests/test_lease.py",),
+    ),
+    Mutant(
+        "a reserve made on fewer than a quorum is used",
+        "aiolock/_handoff.py",
+        "return fence + reserve if at_fence >= quorum.quorum else None",
+        "return fence + reserve",
+        ("tests/test_lease.py",),
+    ),
+    Mutant(
+        "a lease hands out the holder's own fencing token",
+        "aiolock/_lease.py",
+        "        fence + 1,\n",
+        "        fence,\n",
+        ("tests/test_lease.py",),
+    ),
+    Mutant(
+        "a lock held too long is leased",
+        "aiolock/_lease.py",
+        "or hold.expires_at < fresh - lease_slack(taker.ttl)\n",
+        "or False\n",
+        ("tests/test_lease.py",),
+    ),
+    Mutant(
+        "a lock is leased to a waiter with a shorter ttl",
+        "aiolock/_lease.py",
+        "        or hold.expires_at > fresh\n",
+        "        or False\n",
+        ("tests/test_lease.py",),
+    ),
+    Mutant(
+        "a lock with an extension in flight is leased",
+        "aiolock/_lease.py",
+        "        or hold.extensions\n",
+        "        or False\n",
+        ("tests/test_lease.py",),
+    ),
+    Mutant(
+        "a lease's taker cancelled before it woke keeps the lock",
+        "aiolock/_lease.py",
+        "    taker.on_dropped = functools.partial(_give_back_lease, quorum, key, token, grants)",
+        "    taker.on_dropped = None",
+        ("tests/test_lease.py",),
+    ),
 ]
 
 

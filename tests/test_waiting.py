@@ -545,7 +545,7 @@ async def test_a_handoff_says_whether_another_process_is_in_the_turn_queue(
 ) -> None:
     client, lock_key, fence_key = clients[0], key(name), key(name) + ":fence"
     turns = lock_key + ":turns"
-    args = [b"new", 20_000, 60_000, 1_000, b"old", b"ours"]
+    args = [b"new", 20_000, 60_000, 1_000, b"old", 0, b"ours"]  # reserving no token
     try:
         for line, others in (
             ({}, 0),
@@ -581,12 +581,12 @@ async def test_the_handoff_scripts_touch_only_the_tokens_they_are_given(
             await client.delete(lock_key)
             if value is not None:
                 await client.set(lock_key, value, px=5000)
-            reply = await client.eval(_scripts.PASS_ON, 2, lock_key, fence_key, *args, b"old")
+            reply = await client.eval(_scripts.PASS_ON, 2, lock_key, fence_key, *args, b"old", 0)
             assert reply[0] == 0
             assert await client.get(lock_key) == value
         await client.set(lock_key, b"old", px=5000)
         await client.set(fence_key, 5_000)
-        reply = await client.eval(_scripts.PASS_ON, 2, lock_key, fence_key, *args, b"old")
+        reply = await client.eval(_scripts.PASS_ON, 2, lock_key, fence_key, *args, b"old", 0)
         assert reply == [1, 5_001, 0]  # (no turn queue given: no other process said)
         assert await client.get(lock_key) == b"new"
         assert 15_000 < await client.pttl(lock_key) <= 20_000

@@ -1,0 +1,233 @@
+"""Handoffs within a process that send nothing: the lease (issue 17, see _handoff.py).
+
+A handoff to a waiter of the same process (``PASS_ON``) reserves fencing tokens for
+the waiters queued behind the taker. While the lock is fresh, the next handoffs hand
+out those tokens and the lock's validity, with no script at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, cast
+
+import pytest
+import redis.asyncio as redis
+
+from aiolock import Lock, LockManager, _scripts
+from aiolock._handoff import reserved
+from aiolock._votes import Attempt, Votes, is_taken
+from aiolock._waiting import Outcome, Taker
+
+from .conftest import TurnScripts, elsewhere, key, scripts_run, settled_keys
+
+if TYPE_CHECKING:
+    from aiolock._quorum import Quorum
+
+QUORUM = 3
+
+
+async def _pttls(clients: list[redis.Redis], name: str) -> list[int]:
+    return [await client.pttl(key(name)) for client in clients]
+
+
+def _at_most_what_a_quorum_holds(remaining: float, pttls: list[int]) -> bool:
+    """The holder's validity is no longer than a quorum of nodes still keep its key."""
+    return sorted(pttls, reverse=True)[QUORUM - 1] >= remaining * 1000 - 1
+
+
+async def test_handoffs_in_a_row_send_nothing_while_the_lock_is_fresh(
+    locks: LockManager, clients: list[redis.Redis], name: str, turn_scripts: TurnScripts
+) -> None:
+    turn_scripts.watch(locks)
+    for client in clients:
+        await client.config_resetstat()
+    fences: list[int] = []
+    inside = 0
+    checked = 0
+
+    async def task() -> None:
+        nonlocal inside, checked
+        lock = locks.lock(name, ttl=30, auto_renew=False)
+        for _ in range(10):
+            assert await lock.acquire(timeout=20)
+            inside += 1
+            assert inside == 1
+            assert lock.fencing_token is not None
+            fences.append(lock.fencing_token)
+            if checked < 20:  # the validity never outlives the key on a quorum
+                checked += 1
+                remaining = lock.remaining()
+                assert _at_most_what_a_quorum_holds(remaining, await _pttls(clients, name))
+            await asyncio.sleep(0)
+            inside -= 1
+            await lock.release()
+
+    await asyncio.gather(*(task() for _ in range(8)))
+    assert len(fences) == 80
+    assert fences == sorted(set(fences))  # strictly increasing in the order held
+    # One script per node per handoff (5 per section) when each handoff is PASS_ON;
+    # with the leases, far fewer.
+    per_section = sum(await scripts_run(clients, leaving_out=turn_scripts)) / len(fences)
+    assert per_section <= 2.0, per_section
+    assert await settled_keys(clients, name, [False] * 5) == [False] * 5
+
+
+async def _three_in_line(
+    locks: LockManager, name: str, *, ttl: float, ttls: tuple[float, ...] = ()
+) -> tuple[Lock, list[Lock], list[asyncio.Task[bool]]]:
+    """A holder of ``name`` and three waiters of the same manager queued behind it
+    (with ``ttls``, else ``ttl`` as the holder)."""
+    holder = locks.lock(name, ttl=ttl, auto_renew=False)
+    assert await holder.acquire()
+    waiters = [locks.lock(name, ttl=t, auto_renew=False) for t in ttls or (ttl,) * 3]
+    tasks = []
+    for waiter in waiters:
+        tasks.append(asyncio.create_task(elsewhere(waiter.acquire(timeout=10))))
+        await asyncio.sleep(0.05)
+    return holder, waiters, tasks
+
+
+async def test_a_lease_hands_out_reserved_tokens_above_any_later_holder_s_floor(
+    locks: LockManager, urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    # The lease's tokens are reserved on a quorum by the PASS_ON before them: a holder
+    # after the last lease holder died gets a greater token, even with a clock so far
+    # behind that its floor counts for nothing (see _fencing.py).
+    holder, waiters, tasks = await _three_in_line(locks, name, ttl=1.0)
+    fences: list[int] = []
+    for i, task in enumerate(tasks):
+        # The first waiter's by PASS_ON, reserving two more tokens; then two leases.
+        await (holder if i == 0 else waiters[i - 1]).release()
+        assert await task
+        fences.append(waiters[i].fencing_token or 0)
+    assert fences == sorted(set(fences))
+    last = fences[-1]
+    # The last holder "dies" holding the lock: no release, its key expires.
+    async with LockManager(urls) as later:
+        later._engine.quorum.wall_clock = lambda: 0.0
+        lock = later.lock(name, ttl=5, auto_renew=False)
+        assert await lock.acquire(timeout=5)
+        assert (lock.fencing_token or 0) > last
+        await lock.release()
+
+
+async def test_a_lock_held_too_long_is_passed_on_with_a_fresh_ttl_not_leased(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    holder, waiters, tasks = await _three_in_line(locks, name, ttl=1.0)
+    await holder.release()
+    assert await tasks[0]
+    await asyncio.sleep(0.3)  # a lease would leave the next holder 0.7 s
+    sent = time.monotonic()
+    await waiters[0].release()
+    assert await tasks[1]
+    assert waiters[1].remaining() > 0.9 - (time.monotonic() - sent)
+    assert _at_most_what_a_quorum_holds(waiters[1].remaining(), await _pttls(clients, name))
+    await waiters[1].release()
+    assert await tasks[2]
+    await waiters[2].release()
+
+
+async def test_a_waiter_with_a_shorter_ttl_is_passed_the_lock_with_its_own(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    # Leased, it would hold the lock for the holder's 30 s: should its process die, the
+    # others would wait 30 s, not the 1 s it asked for.
+    holder, waiters, tasks = await _three_in_line(locks, name, ttl=30.0, ttls=(30, 1, 30))
+    await holder.release()
+    assert await tasks[0]
+    await waiters[0].release()
+    assert await tasks[1]
+    assert waiters[1].remaining() <= 1.0
+    assert max(await _pttls(clients, name)) <= 1000
+    await waiters[1].release()
+    assert await tasks[2]
+    await waiters[2].release()
+
+
+async def test_a_lock_with_an_extension_in_flight_is_not_leased(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    # The nodes may apply the extension (here a shorter ttl) after the lease: the next
+    # holder's validity would not be what they keep. PASS_ON goes after it instead.
+    holder, waiters, tasks = await _three_in_line(locks, name, ttl=30.0)
+    await holder.release()
+    assert await tasks[0]
+    extend = asyncio.create_task(waiters[0].extend(0.5))
+    await asyncio.sleep(0)  # its requests are written
+    await waiters[0].release()
+    assert await tasks[1]
+    await extend
+    remaining = waiters[1].remaining()
+    assert remaining > 25
+    assert _at_most_what_a_quorum_holds(remaining, await _pttls(clients, name))
+    await waiters[1].release()
+    assert await tasks[2]
+    await waiters[2].release()
+
+
+async def test_a_waiter_cancelled_after_a_lease_gives_the_lock_back(
+    locks: LockManager, clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    holder, waiters, tasks = await _three_in_line(locks, name, ttl=30.0)
+    await holder.release()
+    assert await tasks[0]
+    deliver = Taker.deliver
+    leased: list[Outcome] = []
+
+    def deliver_then_cancel(taker: Taker, outcome: Outcome) -> bool:
+        delivered = deliver(taker, outcome)
+        leased.append(outcome)
+        tasks[1].cancel()  # before its wake-up runs: cancelled with a lock it never took
+        return delivered
+
+    monkeypatch.setattr(Taker, "deliver", deliver_then_cancel)
+    await waiters[0].release()
+    monkeypatch.undo()
+    assert len(leased) == 1
+    # The third waiter gets it: from the give-back's release message.
+    assert await asyncio.wait_for(tasks[2], 5)
+    assert waiters[2].owned
+    await waiters[2].release()
+    assert await settled_keys(clients, name, [False] * 5) == [False] * 5
+
+
+async def test_pass_on_reserves_tokens_above_the_one_it_returns(
+    clients: list[redis.Redis], name: str
+) -> None:
+    client, lock_key, fence_key = clients[0], key(name), key(name) + ":fence"
+    try:
+        for reserve, counter in ((0, 5_001), (3, 5_004)):
+            await client.set(lock_key, b"old", px=5000)
+            await client.set(fence_key, 5_000)
+            args = [b"new", 20_000, 60_000, 1_000, b"old", reserve]
+            reply = await client.eval(_scripts.PASS_ON, 2, lock_key, fence_key, *args)
+            assert reply == [1, 5_001, 0]
+            assert int(await client.get(fence_key)) == counter
+            assert 50_000 < await client.pttl(fence_key) <= 60_000
+    finally:
+        await client.delete(lock_key, fence_key)
+
+
+class _FiveNodes:
+    n = 5
+    quorum = QUORUM
+
+
+async def test_a_reserve_counts_only_when_a_quorum_returned_the_token_itself() -> None:
+    def attempt(fences: list[int | None]) -> Attempt:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        votes = Votes(5, QUORUM, is_taken, waiter, early=False)
+        for i, fence in enumerate(fences):
+            votes.record(i, [1, fence] if fence is not None else [0, 500, b"other"])
+        return Attempt(votes, 10.0, max(f for f in fences if f is not None), 0.0)
+
+    quorum = cast("Quorum", _FiveNodes())
+    # The counters of the nodes that returned the token are at token + 4.
+    assert reserved(quorum, attempt([7, 7, 7, 6, None]), 4) == 11
+    assert reserved(quorum, attempt([7, 7, 7, 7, 7]), 4) == 11
+    # Two nodes at the token (the others lag; raised to it, not above): no reserve.
+    assert reserved(quorum, attempt([7, 7, 6, 6, 6]), 4) is None
+    assert reserved(quorum, attempt([7, 7, None, None, 6]), 4) is None
+    assert reserved(quorum, attempt([7, 7, 7, 7, 7]), 0) is None  # none asked
