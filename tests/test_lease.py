@@ -94,15 +94,20 @@ async def test_a_lease_hands_out_reserved_tokens_above_any_later_holder_s_floor(
     # The lease's tokens are reserved on a quorum by the PASS_ON before them: a holder
     # after the last lease holder died gets a greater token, even with a clock so far
     # behind that its floor counts for nothing (see _fencing.py).
-    holder, waiters, tasks = await _three_in_line(locks, name, ttl=1.0)
+    holder, waiters, tasks = await _three_in_line(locks, name, ttl=5.0)
     fences: list[int] = []
     for i, task in enumerate(tasks):
         # The first waiter's by PASS_ON, reserving two more tokens; then two leases.
         await (holder if i == 0 else waiters[i - 1]).release()
         assert await task
         fences.append(waiters[i].fencing_token or 0)
+        if i == 0:
+            passed_on = {await client.get(key(name)) for client in clients}
     assert fences == sorted(set(fences))
     last = fences[-1]
+    # Leases: the key still holds the token the PASS_ON set.
+    assert {await client.get(key(name)) for client in clients} == passed_on
+    assert len(passed_on) == 1
     # The last holder "dies" holding the lock: no release, its key expires.
     async with LockManager(urls) as later:
         later._engine.quorum.wall_clock = lambda: 0.0
@@ -186,6 +191,7 @@ async def test_a_waiter_cancelled_after_a_lease_gives_the_lock_back(
     await waiters[0].release()
     monkeypatch.undo()
     assert len(leased) == 1
+    assert getattr(leased[0], "token", None) is not None  # a lease's: the key's token
     # The third waiter gets it: from the give-back's release message.
     assert await asyncio.wait_for(tasks[2], 5)
     assert waiters[2].owned
