@@ -13,7 +13,7 @@ from aiolock import LockManager, LockNotOwned, LockTimeout, QuorumError
 from aiolock._hold import Extension, Hold
 from aiolock.testing import Server, Servers
 
-from .conftest import elsewhere, key, settled_keys
+from .conftest import elsewhere, key, settled, settled_keys, tokens_on
 from .faults import proxies
 
 
@@ -46,7 +46,9 @@ async def test_token_on_nodes_is_random_and_at_least_20_bytes(
     for _ in range(3):
         lock = locks.lock(name, ttl=10)
         assert await lock.acquire(timeout=0)
-        values = {await c.get(key(name)) for c in clients}
+        # (acquire() returns on a quorum: the other nodes' SETs land a moment later.)
+        on_nodes = await settled(lambda: tokens_on(clients, name), lambda t: None not in t)
+        values = set(on_nodes)
         assert len(values) == 1  # the same token on every node
         token = values.pop()
         assert token is not None
