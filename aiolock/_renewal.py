@@ -303,10 +303,11 @@ class Renewer:
         Only after a renewal that *won* (the lock is ours): a node that restarted empty
         gets our key back (``SET NX``: someone else's key is left alone) and its fencing
         counter our token, so that one more node failure does not lose a lock that a
-        restart had thinned out. Not awaited: the next renewal counts it.
+        restart had thinned out. Not awaited: the next renewal counts it. The counter
+        goes up to the tokens reserved for our leases too (see _lease.py): they are ours.
         """
         hold = renewal.hold
-        fence = hold.fence
+        fence = hold.reserve
         if fence is None:  # pragma: no cover - a renewed lock has its token
             return
         ttl = hold.ttl

@@ -497,6 +497,13 @@ MUTANTS = [
         ("tests/test_lease.py",),
     ),
     Mutant(
+        "a repair raises the counter to the holder's own token only",
+        "aiolock/_renewal.py",
+        "        fence = hold.reserve\n",
+        "        fence = hold.fence\n",
+        ("tests/test_failures.py",),
+    ),
+    Mutant(
         "a lease's taker cancelled before it woke keeps the lock",
         "aiolock/_lease.py",
         "    taker.on_dropped = functools.partial(_give_back_lease, quorum, key, token, grants)",

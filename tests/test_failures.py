@@ -421,6 +421,36 @@ async def test_a_minority_restarted_empty_is_repaired_by_the_next_renewal(
             assert all(fence >= token for i, fence in enumerate(fences) if i != 2), fences
 
 
+async def test_a_repair_brings_the_counter_up_to_the_tokens_reserved_for_leases(
+    servers: Servers, name: str
+) -> None:
+    # A holder whose PASS_ON reserved tokens for the waiters behind it (see _lease.py)
+    # hands them out with no I/O: a node it repairs must know them all, not only its own.
+    async with LockManager(servers, node_timeout=0.1) as locks:
+        holder = locks.lock(name, ttl=3.0, auto_renew=False)
+        assert await holder.acquire()
+        waiters = [locks.lock(name, ttl=3.0) for _ in range(3)]
+        queued = []
+        for waiter in waiters:
+            queued.append(asyncio.create_task(waiter.acquire(timeout=10)))
+            await asyncio.sleep(0.05)
+        await holder.release()  # PASS_ON to the first, reserving two more tokens
+        assert await queued[0]
+        token = waiters[0].fencing_token
+        assert token is not None
+        server = servers.servers[0]
+        assert isinstance(server, Server)
+        await server.restart()
+        await asyncio.sleep(1.5)  # a renewal (every ttl/3) repairs node 0
+        async with _clients(servers) as fresh:
+            assert await fresh[0].get(key(name)) is not None
+            assert int(await fresh[0].get(f"{key(name)}:fence") or 0) >= token + 2
+        for i, waiter in enumerate(waiters):
+            await waiter.release()
+            if i + 1 < len(queued):
+                assert await queued[i + 1]
+
+
 async def test_a_renewal_without_a_quorum_recreates_nothing(servers: Servers, name: str) -> None:
     async with LockManager(servers, node_timeout=0.1) as locks:
         lock = locks.lock(name, ttl=1.0)
