@@ -88,6 +88,14 @@ async def _three_in_line(
     return holder, waiters, tasks
 
 
+async def _in_turn(holding: list[Lock], queued: list[asyncio.Task[bool]]) -> None:
+    """Each of ``holding`` releases in turn, and the next one's acquire returns."""
+    for i, lock in enumerate(holding):
+        await lock.release()
+        if i < len(queued):
+            assert await queued[i]
+
+
 async def test_a_lease_hands_out_reserved_tokens_above_any_later_holder_s_floor(
     locks: LockManager, urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:
@@ -129,9 +137,7 @@ async def test_a_lock_held_too_long_is_passed_on_with_a_fresh_ttl_not_leased(
     assert await tasks[1]
     assert waiters[1].remaining() > 0.9 - (time.monotonic() - sent)
     assert _at_most_what_a_quorum_holds(waiters[1].remaining(), await _pttls(clients, name))
-    await waiters[1].release()
-    assert await tasks[2]
-    await waiters[2].release()
+    await _in_turn(waiters[1:], tasks[2:])
 
 
 async def test_a_waiter_with_a_shorter_ttl_is_passed_the_lock_with_its_own(
@@ -146,9 +152,7 @@ async def test_a_waiter_with_a_shorter_ttl_is_passed_the_lock_with_its_own(
     assert await tasks[1]
     assert waiters[1].remaining() <= 1.0
     assert max(await _pttls(clients, name)) <= 1000
-    await waiters[1].release()
-    assert await tasks[2]
-    await waiters[2].release()
+    await _in_turn(waiters[1:], tasks[2:])
 
 
 async def test_a_lock_with_an_extension_in_flight_is_not_leased(
@@ -167,9 +171,7 @@ async def test_a_lock_with_an_extension_in_flight_is_not_leased(
     remaining = waiters[1].remaining()
     assert remaining > 25
     assert _at_most_what_a_quorum_holds(remaining, await _pttls(clients, name))
-    await waiters[1].release()
-    assert await tasks[2]
-    await waiters[2].release()
+    await _in_turn(waiters[1:], tasks[2:])
 
 
 async def test_a_waiter_cancelled_after_a_lease_gives_the_lock_back(
