@@ -60,44 +60,32 @@ def lease_slack(ttl: float) -> float:
     return max(0.005, 0.01 * ttl)
 
 
-async def hand_on(
-    engine: Engine, key: bytes, token: bytes, hold: Hold | None, taker: Taker
-) -> Votes | None:
-    """Pass ``key``, held with ``token``, to ``taker``, a waiter of this process.
+async def hand_on(engine: Engine, hold: Hold, taker: Taker) -> Votes | None:
+    """Pass the lock held as ``hold`` to ``taker``, a waiter of this process.
 
     With no I/O when it may be (a lease: returns ``None``), else in one script per node
-    (returns its votes, read as a release's; see :func:`pass_on`).
+    (returns its votes, read as a release's; see :func:`pass_on`). Only a release of a
+    plain lock (its queue is its key) still valid gets here (``Lock._give_back``).
     """
     quorum, waiting, grants = engine.quorum, engine.waiting, engine.grants
-    if lease(quorum, hold, taker, key=key, token=token, grants=grants):
+    key, token = hold.key, hold.token
+    if lease(quorum, hold, taker, grants):
         return None  # the key keeps its token: its late grants too (see _grants.py)
     if grants is not None:
         grants.let_go(token)  # late grants of it are given back now
-    queue, line = key, waiting.line(key)
-    behind = min(LEASE_RESERVE, waiting.waiters(queue) - 1)  # tokens for leases after it
-    votes = await pass_on(quorum, key, token, taker, line, reserve=behind)
-    waiting.line_seen(queue, votes)
+    behind = min(LEASE_RESERVE, waiting.waiters(key) - 1)  # tokens for leases after it
+    votes = await pass_on(quorum, key, token, taker, waiting.line(key), reserve=behind)
+    waiting.line_seen(key, votes)
     return votes
 
 
-def lease(
-    quorum: Quorum,
-    hold: Hold | None,
-    taker: Taker,
-    *,
-    key: bytes,
-    token: bytes,
-    grants: Grants | None,
-) -> bool:
-    """Pass ``key``, held with ``token`` as ``hold``, to ``taker`` with no I/O, if it may.
+def lease(quorum: Quorum, hold: Hold, taker: Taker, grants: Grants | None) -> bool:
+    """Pass the lock held as ``hold`` to ``taker`` with no I/O, if it may be.
 
-    Returns whether it was (see the module's docstring for when it may).
-
-    Should the taker be cancelled before it wakes up to take it, the lock is given
-    back (released on every node).
+    Returns whether it was (see the module's docstring for when it may). Should the
+    taker be cancelled before it wakes up to take it, the lock is given back
+    (released on every node).
     """
-    if hold is None or hold.token != token:
-        return False
     fence, reserve = hold.fence, hold.reserve
     fresh = quorum.expiry(quorum.clock(), taker.ttl)  # what the taker's PASS_ON would give
     if (
@@ -105,14 +93,13 @@ def lease(
         or reserve is None
         or reserve <= fence
         or hold.extensions
-        or hold.ended
-        or hold.lost is not None
         or hold.expires_at < fresh - lease_slack(taker.ttl)
         # Nor more: the key would outlive the taker's ttl should its process die.
         or hold.expires_at > fresh
     ):
         return False
-    taker.on_dropped = functools.partial(_give_back_lease, quorum, key, token, grants)
+    token = hold.token
+    taker.on_dropped = functools.partial(_give_back_lease, quorum, hold.key, token, grants)
     outcome = Attempt(
         _decided_votes(quorum.n, quorum.quorum),
         hold.expires_at,

@@ -211,7 +211,7 @@ class Lock(BaseHandle):
         # (A waiter of this process may take it over: see _give_back.)
         held = engine.clock() - hold.acquired_at
         try:
-            votes = await self._give_back(hold.token, valid=not expired)
+            votes = await self._give_back(hold, valid=not expired)
         finally:
             self._clear()
         if self._report:
@@ -342,17 +342,17 @@ class Lock(BaseHandle):
     async def _attempt(self, token: bytes) -> Attempt:
         return await self._engine.quorum.acquire(self._key, token, self._ttl)
 
-    async def _give_back(self, token: bytes, *, valid: bool) -> Votes | None:
+    async def _give_back(self, hold: Hold, *, valid: bool) -> Votes | None:
         """Release, or pass a ``valid`` lock to our queue's head (``None``: a lease)."""
         engine, waiting, queue = self._engine, self._engine.waiting, self._queue_key
         # (Uncontended, the usual case: no local queue, nothing more is looked at.)
         passes_on = valid and self._passes_on and waiting.waiters(queue) > 0
         local = waiting.released(queue, pass_on=passes_on and can_pass_on(engine.quorum))
         if not isinstance(local, bool):
-            return await hand_on(engine, self._key, token, self._hold, local)
+            return await hand_on(engine, hold, local)
         if engine.grants is not None:
-            engine.grants.let_go(token)  # late grants of it are given back now
-        return await self._release_votes(token, local=local)
+            engine.grants.let_go(hold.token)  # late grants of it are given back now
+        return await self._release_votes(hold.token, local=local)
 
     async def _release_votes(self, token: bytes, *, local: bool = False) -> Votes:
         return await self._engine.release(self._key, token, local=local)
@@ -397,4 +397,4 @@ class Lock(BaseHandle):
         if hold is None or self._leave_level():
             return
         self._clear()
-        await self._give_back(hold.token, valid=False)
+        await self._give_back(hold, valid=False)

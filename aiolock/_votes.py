@@ -193,8 +193,8 @@ class Attempt:
     fence: int | None = None
     #: When the attempt's requests were sent (monotonic), when acquired.
     start: float = 0.0
-    #: The fencing tokens above ``fence`` reserved on a quorum for handoffs within the
-    #: process that send nothing (see ``_lease.lease``); ``fence`` when none.
+    #: The greatest fencing token reserved on a quorum for the handoffs after this one
+    #: within the process, which send nothing (see ``_lease.py``); ``None``: none.
     reserve: int | None = None
     #: The token the key holds, when not the one the attempt was made with: a lease
     #: hands the waiter the lock as its holder took it (see ``_lease.lease``).

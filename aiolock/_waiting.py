@@ -276,8 +276,9 @@ class Waiting:
                         result = await self._attempt(attempt, offer)
                     if result.expires_at is not None:
                         # (A lease's votes are no node's: its offer was taken nowhere.)
-                        leased = isinstance(result, Attempt) and result.token is not None
-                        won = result.votes if isinstance(result, Attempt) and not leased else None
+                        won = None
+                        if isinstance(result, Attempt) and result.token is None:
+                            won = result.votes
                         queue.promised = False
                         if queue.entry is not None:
                             queue.entry.taken()

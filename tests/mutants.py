@@ -506,8 +506,8 @@ MUTANTS = [
     Mutant(
         "a lease's taker cancelled before it woke keeps the lock",
         "aiolock/_lease.py",
-        "    taker.on_dropped = functools.partial(_give_back_lease, quorum, key, token, grants)",
-        "    taker.on_dropped = None",
+        "    taker.on_dropped = functools.partial(_give_back_lease,",
+        "    taker.on_dropped = None and functools.partial(_give_back_lease,",
         ("tests/test_lease.py",),
     ),
 ]

@@ -73,11 +73,12 @@ async def test_handoffs_in_a_row_send_nothing_while_the_lock_is_fresh(
     assert await settled_keys(clients, name, [False] * 5) == [False] * 5
 
 
-async def _three_in_line(
+async def _passed_on(
     locks: LockManager, name: str, *, ttl: float, ttls: tuple[float, ...] = ()
-) -> tuple[Lock, list[Lock], list[asyncio.Task[bool]]]:
-    """A holder of ``name`` and three waiters of the same manager queued behind it
-    (with ``ttls``, else ``ttl`` as the holder)."""
+) -> tuple[list[Lock], list[asyncio.Task[bool]]]:
+    """Three waiters of the same manager queued behind a holder of ``name`` (with
+    ``ttls``, else ``ttl`` as the holder), and the first given the lock by the holder's
+    release: a ``PASS_ON``, which reserves two more fencing tokens for the others."""
     holder = locks.lock(name, ttl=ttl, auto_renew=False)
     assert await holder.acquire()
     waiters = [locks.lock(name, ttl=t, auto_renew=False) for t in ttls or (ttl,) * 3]
@@ -85,7 +86,9 @@ async def _three_in_line(
     for waiter in waiters:
         tasks.append(asyncio.create_task(elsewhere(waiter.acquire(timeout=10))))
         await asyncio.sleep(0.05)
-    return holder, waiters, tasks
+    await holder.release()
+    assert await tasks[0]
+    return waiters, tasks
 
 
 async def _in_turn(holding: list[Lock], queued: list[asyncio.Task[bool]]) -> None:
@@ -102,15 +105,13 @@ async def test_a_lease_hands_out_reserved_tokens_above_any_later_holder_s_floor(
     # The lease's tokens are reserved on a quorum by the PASS_ON before them: a holder
     # after the last lease holder died gets a greater token, even with a clock so far
     # behind that its floor counts for nothing (see _fencing.py).
-    holder, waiters, tasks = await _three_in_line(locks, name, ttl=5.0)
-    fences: list[int] = []
-    for i, task in enumerate(tasks):
-        # The first waiter's by PASS_ON, reserving two more tokens; then two leases.
-        await (holder if i == 0 else waiters[i - 1]).release()
-        assert await task
+    waiters, tasks = await _passed_on(locks, name, ttl=5.0)
+    passed_on = {await client.get(key(name)) for client in clients}
+    fences = [waiters[0].fencing_token or 0]
+    for i in (1, 2):  # two leases
+        await waiters[i - 1].release()
+        assert await tasks[i]
         fences.append(waiters[i].fencing_token or 0)
-        if i == 0:
-            passed_on = {await client.get(key(name)) for client in clients}
     assert fences == sorted(set(fences))
     last = fences[-1]
     # Leases: the key still holds the token the PASS_ON set.
@@ -128,9 +129,7 @@ async def test_a_lease_hands_out_reserved_tokens_above_any_later_holder_s_floor(
 async def test_a_lock_held_too_long_is_passed_on_with_a_fresh_ttl_not_leased(
     locks: LockManager, clients: list[redis.Redis], name: str
 ) -> None:
-    holder, waiters, tasks = await _three_in_line(locks, name, ttl=1.0)
-    await holder.release()
-    assert await tasks[0]
+    waiters, tasks = await _passed_on(locks, name, ttl=1.0)
     await asyncio.sleep(0.3)  # a lease would leave the next holder 0.7 s
     sent = time.monotonic()
     await waiters[0].release()
@@ -145,9 +144,7 @@ async def test_a_waiter_with_a_shorter_ttl_is_passed_the_lock_with_its_own(
 ) -> None:
     # Leased, it would hold the lock for the holder's 30 s: should its process die, the
     # others would wait 30 s, not the 1 s it asked for.
-    holder, waiters, tasks = await _three_in_line(locks, name, ttl=30.0, ttls=(30, 1, 30))
-    await holder.release()
-    assert await tasks[0]
+    waiters, tasks = await _passed_on(locks, name, ttl=30.0, ttls=(30, 1, 30))
     await waiters[0].release()
     assert await tasks[1]
     assert waiters[1].remaining() <= 1.0
@@ -160,9 +157,7 @@ async def test_a_lock_with_an_extension_in_flight_is_not_leased(
 ) -> None:
     # The nodes may apply the extension (here a shorter ttl) after the lease: the next
     # holder's validity would not be what they keep. PASS_ON goes after it instead.
-    holder, waiters, tasks = await _three_in_line(locks, name, ttl=30.0)
-    await holder.release()
-    assert await tasks[0]
+    waiters, tasks = await _passed_on(locks, name, ttl=30.0)
     extend = asyncio.create_task(waiters[0].extend(0.5))
     await asyncio.sleep(0)  # its requests are written
     await waiters[0].release()
@@ -177,9 +172,7 @@ async def test_a_lock_with_an_extension_in_flight_is_not_leased(
 async def test_a_waiter_cancelled_after_a_lease_gives_the_lock_back(
     locks: LockManager, clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    holder, waiters, tasks = await _three_in_line(locks, name, ttl=30.0)
-    await holder.release()
-    assert await tasks[0]
+    waiters, tasks = await _passed_on(locks, name, ttl=30.0)
     deliver = Taker.deliver
     leased: list[Outcome] = []
 
