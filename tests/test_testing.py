@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from pathlib import Path
@@ -134,3 +135,40 @@ async def test_a_server_handed_a_taken_port_does_not_take_the_other_for_itself(
             assert info["process_id"] == second.process.pid
         finally:
             await second.stop()
+
+
+async def test_nemesis_holds_back_in_order_on_one_connection_while_others_flow(
+    servers: testing.Servers,
+) -> None:
+    async with testing.nemesis(list(servers)[:1]) as net:
+        held, other = (redis.Redis.from_url(net.urls[0]) for _ in range(2))
+        try:
+            assert await held.ping()
+            assert await other.ping()
+            key = f"nemesis-{os.getpid()}-{time.monotonic_ns()}"
+            rule = net[0].hold(testing.command("SET"), 0.3, count=1)
+            started = time.monotonic()
+            pipe = held.pipeline(transaction=False)
+            pipe.set(key, "1").get(key)  # the GET waits behind the held SET
+            task = asyncio.create_task(pipe.execute())
+            await asyncio.sleep(0.1)
+            assert await other.get(key) is None  # the other connection flows, unordered
+            assert await task == [True, b"1"]
+            assert time.monotonic() - started >= 0.3
+            assert rule.matched == 1
+            assert [link.kind for link in net[0].links] == ["commands", "commands"]
+            await held.delete(key)
+        finally:
+            await held.aclose()
+            await other.aclose()
+
+
+def test_nemesis_script_matcher_knows_aiolocks_scripts() -> None:
+    from aiolock._scripts import EXTEND_SCRIPT
+
+    match = testing.script("EXTEND")
+    assert match([b"EVALSHA", EXTEND_SCRIPT.sha, b"1"])
+    assert match([b"EVAL", EXTEND_SCRIPT.source, b"1"])
+    assert not match([b"EVALSHA", b"0" * 40, b"1"])
+    with pytest.raises(ValueError, match="no script named"):
+        testing.script("NOPE")

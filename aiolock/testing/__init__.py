@@ -21,19 +21,33 @@ fault injection: ``pause()`` (SIGSTOP, a hung node), ``resume()``, ``kill()`` an
 ``redis_cluster(masters, replicas=...)`` starts a Redis Cluster the same way (local
 binary only) and yields a :class:`Cluster`: its servers, which ones are masters,
 and a ``client()`` that makes a ``redis.asyncio.RedisCluster`` for it.
+
+``nemesis(urls)`` puts a delaying proxy in front of each node (:class:`Nemesis`): hold
+back chosen commands or aiolock scripts on chosen connections, in order, delay
+replies and pub/sub messages, drop one connection, black-hole a node. It is how
+aiolock's own tests make messages arrive late; see docs/how-to/testing.md.
 """
 
 from __future__ import annotations
 
 from ._cluster import Cluster, redis_cluster, wait_cluster_ok
+from ._nemesis import Link, Matcher, Nemesis, NodeProxy, Rule, command, nemesis, script
 from ._servers import Server, Servers, find_server_binary, redis_servers
 
 __all__ = [
     "Cluster",
+    "Link",
+    "Matcher",
+    "Nemesis",
+    "NodeProxy",
+    "Rule",
     "Server",
     "Servers",
+    "command",
     "find_server_binary",
+    "nemesis",
     "redis_cluster",
     "redis_servers",
+    "script",
     "wait_cluster_ok",
 ]
