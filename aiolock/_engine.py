@@ -5,8 +5,9 @@ handle it makes receives the engine and calls it, never the manager. What a hand
 may use is the attributes and methods below, nothing private:
 
 * ``quorum`` (acquire / release / extend on the nodes), ``renewal_quorum`` (the
-  renewal's own connections), ``waiting`` (local queues and pub/sub), ``renewer``,
-  ``turns`` (the turn queues across processes, ``None`` on Redis Cluster);
+  renewal's view of the same nodes and connections, without the restart veto),
+  ``waiting`` (local queues and pub/sub), ``renewer``, ``turns`` (the turn queues
+  across processes, ``None`` on Redis Cluster);
 * ``clock`` (monotonic seconds), ``key(name)`` (the key layout, from _keys.py),
   ``emit(...)`` (the ``on_event`` hook and the log), ``quorum_error(...)``;
 * ``check_open()``, ``connected`` / ``connect()`` (the first contact, once),
@@ -51,6 +52,8 @@ from ._waiting import Waiting
 
 __all__ = ["Engine"]
 
+#: The renewal's scripts, loaded on each node's connection with the others.
+RENEWAL_SCRIPTS: Final = (EXTEND_MANY_SCRIPT, REPAIR_SCRIPT)
 #: How long the first contact waits for the nodes' connections.
 CONNECT_TIMEOUT: Final = 2.0
 #: The least restart grace of ``restart_grace=None`` (the default ttl).
@@ -84,19 +87,23 @@ class Engine:
         self.node_timeout = node_timeout
         self._hooks = tuple(on_event)
         self.clock: Callable[[], float] = time.monotonic
-        self.nodes = tuple(make_node(spec, node_timeout, SCRIPTS + TURN_SCRIPTS) for spec in specs)
+        self.nodes = tuple(
+            make_node(spec, node_timeout, SCRIPTS + TURN_SCRIPTS + RENEWAL_SCRIPTS)
+            for spec in specs
+        )
         for node in self.nodes:
             if isinstance(node, Node):
                 node.on_identity = self._on_identity
         self.quorum = Quorum(
             self.nodes, node_timeout=node_timeout, drift_factor=drift_factor, clock=self.clock
         )
-        # Renewal has connections of its own (opened on first use): a batch of a
-        # thousand locks takes a node milliseconds, and on the ordered hot-path
-        # connection every acquire and release would queue behind it.
-        self.renewal_nodes = tuple(
-            make_node(spec, node_timeout, (EXTEND_MANY_SCRIPT, REPAIR_SCRIPT)) for spec in specs
-        )
+        # The renewal shares each node's one ordered connection with every other command
+        # of ours (issue 31): at a node, the commands of one lock then apply in the order
+        # they were sent, so an extend() given up on and landing late is applied before
+        # any renewal sent after it, never after (it would cut the renewed key). What it
+        # costs: a renewal batch written before an acquire is run before it (the node
+        # runs one script at a time either way). See docs/explanation/safety.md.
+        self.renewal_nodes = self.nodes
         self.renewal_quorum = Quorum(
             self.renewal_nodes,
             node_timeout=node_timeout,
@@ -140,6 +147,11 @@ class Engine:
     def key(self, name: str) -> bytes:
         """The key of the lock ``name`` (the layout: _keys.py)."""
         return lock_key(self._prefix_bytes, name)
+
+    def let_go(self, token: bytes) -> None:
+        """A lock held with ``token`` is no longer held here (see _grants.py)."""
+        if self.grants is not None:
+            self.grants.let_go(token)
 
     def check_open(self) -> None:
         """Raise ``RuntimeError`` once the manager is closed."""
@@ -322,5 +334,5 @@ class Engine:
         with anyio.CancelScope(shield=True):
             await self.renewer.aclose()
             await self.waiting.aclose()
-            for node in (*self.nodes, *self.renewal_nodes):
+            for node in dict.fromkeys((*self.nodes, *self.renewal_nodes)):
                 await node.aclose()

@@ -21,9 +21,19 @@ message, where it took a release, a message and an attempt. The rules:
 * **A grant nobody can take is given back** on every node (and everyone may try):
   its head left, or was passed the lock by its own process meanwhile. A grant no
   process receives (it is gone) is undone by the node itself.
-* **A token taken is never given back by a late grant**: once the head holds it (by a
-  grant, or by its own attempt), later grants of it are left alone; its release
-  deletes them with the rest.
+* **A token held is never given back by a late grant**: once the head holds it (by a
+  grant, or by its own attempt), later grants of it are left alone, however late they
+  come; its release deletes them with the rest. A late grant of a token taken and
+  no longer held is given back on its own node alone (where it was not taken).
+* **Only what is held must be remembered exactly.** Which tokens are held
+  (``_held``) is exact and holds one entry per lock held through this manager (a
+  lease passes the entry on with the token; a release, handoff, detach or a new
+  acquisition of the handle drops it). The other memories are bounded and forget
+  safely: a token forgotten from ``_taken`` is one nobody holds, so giving it back
+  everywhere deletes nothing a holder believes valid (issue 31: checking ``_taken``
+  before ``_held`` deleted a live holder's key once the token was forgotten); an
+  offer forgotten by ``Turns`` makes its late grants unreadable, and they stay on
+  their node until their ttl (a lock idle that long, never two holders).
 """
 
 from __future__ import annotations
@@ -64,9 +74,11 @@ class Grants:
     def __init__(self, quorum: Quorum) -> None:
         self._quorum = quorum
         self._heard: dict[bytes, _Heard] = {}
-        #: Tokens taken, with the nodes that counted for them.
+        #: Tokens taken, with the nodes that counted for them (the last _TAKEN_KEPT:
+        #: forgetting one is safe, see the module's docstring).
         self._taken: OrderedDict[bytes, frozenset[int]] = OrderedDict()
-        #: Those of them still held (not released, nor passed on).
+        #: The tokens taken and still held (not released, passed on, detached): exact,
+        #: never forgotten while held; late grants of these are never given back.
         self._held: set[bytes] = set()
 
     def heard(
@@ -85,18 +97,23 @@ class Grants:
         ``wake`` wakes it.
         """
         token, ttl, sent_at = offer
+        if token in self._held:
+            # Ours, held: a node that granted it late. The copy is kept, whatever else
+            # we remember (the next handoff or release finds the node in step): a
+            # holder of ours believes the key valid, and a renewal may count this node.
+            return
         taken_on = self._taken.get(token)
         if taken_on is not None:
-            # Ours already, taken on other nodes: a node that granted it late. Still
-            # held, the copy is kept (the next handoff or release finds the node in
-            # step); else it is given back there only (the node would stay out of
-            # step until the key expires): the nodes the lock was taken on stay.
-            if token not in self._held and node not in taken_on:
+            # Taken and let go since: given back on this node only (it would stay out
+            # of step until the key expires); the nodes it was taken on had the release.
+            if node not in taken_on:
                 give_back(self._quorum, key, token, only=node)
             return
         if head is None or head.token != token:
+            # Not held, and not our head's: the waiter it was for left without it, or
+            # took it and let it go (forgotten since). Nobody holds it: give it back.
             self._drop(token)
-            give_back(self._quorum, key, token)  # the waiter it was for is gone
+            give_back(self._quorum, key, token)
             return
         heard = self._heard.get(token)
         if heard is None:
@@ -141,7 +158,7 @@ class Grants:
             give_back(self._quorum, key, token)  # granted somewhere, taken nowhere
 
     def let_go(self, token: bytes) -> None:
-        """A lock held with ``token`` is being released or passed on."""
+        """A lock held with ``token`` is being released, passed on, detached or dropped."""
         self._held.discard(token)
 
     def _drop(self, token: bytes) -> bool:

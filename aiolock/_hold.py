@@ -28,6 +28,8 @@ class Watcher(Protocol):
 
     def validity_changed(self, ttl: float) -> None: ...
 
+    def validity_lowered(self, ttl: float) -> None: ...
+
 
 class Extension:
     """One extension of a hold's validity in flight (an ``extend()`` or a renewal)."""
@@ -115,8 +117,21 @@ class Hold:
         """When ``max_hold`` ends, counted from ``now``; infinity without one."""
         return math.inf if self.max_hold is None else now + self.max_hold
 
-    def begin_extension(self) -> Extension:
-        """Note an extension going out (see :meth:`end_extension`)."""
+    def begin_extension(self, expires_at: float = math.inf, ttl: float = 0.0) -> Extension:
+        """Note an extension by ``ttl`` going out, whose validity would end at ``expires_at``.
+
+        A shorter one lowers the validity at once, before any node applied it (issue
+        31): at every moment, the validity is at most what the nodes keep once every
+        command of ours in flight has landed, whenever that is. (Waiting for the outcome
+        was safe too, since a key cannot expire before the outcome is decided, but
+        left the holder believing more than the nodes kept meanwhile.) See
+        :meth:`end_extension`.
+        """
+        if expires_at < self.expires_at and not self.ended:
+            self.expires_at = expires_at
+            renewal = self.renewal
+            if renewal is not None and renewal.active:
+                renewal.validity_lowered(ttl)
         extension = Extension()
         if self.extensions:
             extension.overlapped = True

@@ -130,6 +130,7 @@ class Lock(BaseHandle):
     async def _acquire(self, wait: float | None) -> bool:
         self._detached = False
         if self._hold is not None:
+            self._engine.let_go(self._hold.token)
             self._clear()  # expired or lost, not released: forget it
         engine = self._engine
         if self._task_bound:
@@ -203,12 +204,13 @@ class Lock(BaseHandle):
         hold = self._hold
         if hold is None:
             raise LockNotOwned(f"{self._what} is not held")
-        if self._leave_level():
-            return  # an outer level of this task still holds it
+        expired = self.remaining() <= 0.0
+        if self._leave_level():  # an outer level of this task still holds it
+            if expired:  # (as the outer level's release will say too)
+                raise LockNotOwned(f"{self._what} had expired before release")
+            return
         self._stop_renewal()
         engine = self._engine
-        expired = self.remaining() <= 0.0
-        # (A waiter of this process may take it over: see _give_back.)
         held = engine.clock() - hold.acquired_at
         try:
             votes = await self._give_back(hold, valid=not expired)
@@ -249,8 +251,8 @@ class Lock(BaseHandle):
             await self._drop()
             raise LockNotOwned(f"{self._what} had expired; it is not re-created")
         quorum = engine.quorum
-        extension = hold.begin_extension()
         start = engine.clock()  # the requests go out now: no await before them
+        extension = hold.begin_extension(quorum.expiry(start, new_ttl), new_ttl)
 
         def settle(votes: Votes) -> None:
             # Runs even if we are cancelled meanwhile: the nodes applied it anyway.
@@ -287,6 +289,7 @@ class Lock(BaseHandle):
         if self._entry is not None and self._entry.levels > 1:
             raise RuntimeError(f"{self._what} is held at several levels: it cannot be detached")
         ticket = Ticket(self._engine.prefix, self._name, hold.token, hold.fence, self._ttl)
+        self._engine.let_go(hold.token)  # held elsewhere from now on, if anywhere
         self._clear()
         self._detached = True
         return encode_ticket(ticket)
@@ -345,19 +348,15 @@ class Lock(BaseHandle):
     async def _give_back(self, hold: Hold, *, valid: bool) -> Votes | None:
         """Release, or pass a ``valid`` lock to our queue's head (``None``: a lease)."""
         engine, waiting, queue = self._engine, self._engine.waiting, self._queue_key
-        # (Uncontended, the usual case: no local queue, nothing more is looked at.)
         passes_on = valid and self._passes_on and waiting.waiters(queue) > 0
         local = waiting.released(queue, pass_on=passes_on and can_pass_on(engine.quorum))
         if not isinstance(local, bool):
             return await hand_on(engine, hold, local)
-        if engine.grants is not None:
-            engine.grants.let_go(hold.token)  # late grants of it are given back now
+        engine.let_go(hold.token)  # late grants of it are given back now
         return await self._release_votes(hold.token, local=local)
 
     async def _release_votes(self, token: bytes, *, local: bool = False) -> Votes:
         return await self._engine.release(self._key, token, local=local)
-
-    # -- internals ----------------------------------------------------------------------
 
     def _handed_over(self) -> bool:
         return self._detached

@@ -79,12 +79,22 @@ class Renewal:
         self._event: asyncio.Event | None = None
         self._timer: asyncio.TimerHandle | None = None
         self.hold_until = hold.deadline(now)
+        self.due = self.give_up_at = now
         self._schedule(hold.ttl)  # sets due and give_up_at, arms the timer
 
     def validity_changed(self, ttl: float) -> None:
         """The hold's validity was set by an extension of ``ttl``: move the schedule."""
         self._schedule(ttl)
         self._renewer.rescheduled(self)
+
+    def validity_lowered(self, ttl: float) -> None:
+        """An extension of ``ttl`` went out that lowered the validity: move the deadline.
+
+        (Not the next renewal: the extension's outcome sets it, see validity_changed.)
+        """
+        guard = self._renewer.guard(ttl)
+        self.give_up_at = min(self.give_up_at, self.hold.expires_at - guard)
+        self._arm()
 
     def _schedule(self, ttl: float) -> None:
         """Set the deadline and the next renewal from the hold's validity.
@@ -257,8 +267,10 @@ class Renewer:
         # the renewer for the next batch in time).
         first_deadline = min(r.give_up_at for r in due) - clock()
         budget = max(quorum.node_timeout, min(min(r.hold.ttl for r in due) / 6, first_deadline))
-        extensions = [r.hold.begin_extension() for r in due]
         start = clock()
+        extensions = [
+            r.hold.begin_extension(quorum.expiry(start, r.hold.ttl), r.hold.ttl) for r in due
+        ]
         try:
             batch = await quorum.extend_many(
                 [(r.hold.key, r.token, r.hold.ttl) for r in due], budget=budget

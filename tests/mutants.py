@@ -414,15 +414,18 @@ MUTANTS = [
     Mutant(
         "a late grant of a held token given back",
         "aiolock/_grants.py",
-        "            if token not in self._held and node not in taken_on:",
-        "            if node not in taken_on:",
-        ("tests/test_grants.py",),
+        "        if token in self._held:\n",
+        "        if False:\n",
+        (
+            "tests/test_grants.py",
+            "tests/test_late.py::test_a_late_grant_of_a_token_still_held_and_forgotten_is_left_alone",
+        ),
     ),
     Mutant(
         "a grant for a waiter that left kept",
         "aiolock/_grants.py",
-        "            give_back(self._quorum, key, token)  # the waiter it was for is gone",
-        "            pass",
+        "            self._drop(token)\n            give_back(self._quorum, key, token)\n",
+        "            self._drop(token)\n",
         ("tests/test_grants.py",),
     ),
     Mutant(
@@ -509,6 +512,39 @@ MUTANTS = [
         "    taker.on_dropped = functools.partial(_give_back_lease,",
         "    taker.on_dropped = None and functools.partial(_give_back_lease,",
         ("tests/test_lease.py",),
+    ),
+    # Issue 31: messages that arrive late.
+    Mutant(
+        "the renewal on connections of its own (a late extend cuts a renewed key)",
+        "aiolock/_engine.py",
+        "        self.renewal_nodes = self.nodes\n",
+        "        self.renewal_nodes = tuple(\n"
+        "            make_node(spec, node_timeout, RENEWAL_SCRIPTS) for spec in specs\n"
+        "        )\n",
+        (
+            "tests/test_late.py::test_a_shorter_extend_given_up_and_landing_late_never_cuts_a_renewed_lock",
+        ),
+    ),
+    Mutant(
+        "a detached lock's token stays noted as held (Grants._held grows)",
+        "aiolock/_lock.py",
+        "        self._engine.let_go(hold.token)  # held elsewhere from now on, if anywhere\n",
+        "",
+        ("tests/test_late.py::test_tokens_held_are_forgotten_when_detached_or_left_to_expire",),
+    ),
+    Mutant(
+        "an expired lock's token stays noted as held when its handle acquires again",
+        "aiolock/_lock.py",
+        "            self._engine.let_go(self._hold.token)\n",
+        "",
+        ("tests/test_late.py::test_tokens_held_are_forgotten_when_detached_or_left_to_expire",),
+    ),
+    Mutant(
+        "an inner reentrant level's release after expiry returns quietly",
+        "aiolock/_lock.py",
+        "            if expired:  # (as the outer level's release will say too)\n",
+        "            if False:\n",
+        ("tests/test_reentrancy.py",),
     ),
 ]
 

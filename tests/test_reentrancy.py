@@ -198,3 +198,23 @@ async def test_every_level_of_a_lost_shared_acquisition_reads_the_loss(
     assert outer.lost is loss.value
     assert inner.lost is loss.value
     assert await inner.wait_lost() is loss.value
+
+
+async def test_an_inner_levels_release_after_the_lock_expired_raises_not_owned(
+    locks: LockManager, name: str
+) -> None:
+    # The contract: a release of a lock no longer held raises LockNotOwned, as
+    # asyncio.Lock does on a double release; an inner level is no exception (it returned
+    # quietly before issue 31). Each level is told once, and nothing is left.
+    outer = locks.lock(name, ttl=0.3, auto_renew=False, reentrant=True)
+    inner = locks.lock(name, ttl=0.3, auto_renew=False, reentrant=True)
+    assert await outer.acquire()
+    assert await inner.acquire()
+    await asyncio.sleep(0.4)
+    with pytest.raises(LockNotOwned, match="had expired before release"):
+        await inner.release()
+    with pytest.raises(LockNotOwned, match="had expired before release"):
+        await outer.release()
+    again = locks.lock(name, ttl=5)
+    assert await again.acquire(timeout=0)
+    await again.release()

@@ -1,0 +1,314 @@
+"""Messages that arrive late (issue 31): through the delay nemesis, never two holders.
+
+The rule every test here checks: *no command of ours, arriving at a node at any later
+time, shortens or deletes a key that a holder of ours believes valid*. A holder's
+belief is ``remaining()``; what the nodes keep is the key's PTTL. So while a handle
+reads ``owned``, a quorum of nodes must hold its key at least ``remaining()`` longer
+(:class:`Watch`), and another manager never acquires meanwhile.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import time
+import zlib
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as redis
+
+import aiolock
+from aiolock import LockManager, QuorumError
+from aiolock.testing import Servers, nemesis, script
+
+from .conftest import in_line, key
+
+pytestmark = pytest.mark.timeout(60)
+
+NODE_TIMEOUT = 0.05
+
+
+class Watch:
+    """Samples a handle's belief against the nodes until stopped; records violations."""
+
+    def __init__(self, clients: list[redis.Redis], name: str) -> None:
+        self._clients = clients
+        self._name = name
+        self.handles: list[aiolock.Lock] = []
+        self.violations: list[str] = []
+        self.samples = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _run(self) -> None:
+        quorum = len(self._clients) // 2 + 1
+        while True:
+            # The holds as they were before the nodes were read: a sample is kept only if
+            # no extension won meanwhile (it would raise both the PTTLs and remaining()).
+            before = [(handle, handle._hold, self._valid_from(handle)) for handle in self.handles]
+            pttls = await asyncio.gather(*(c.pttl(key(self._name)) for c in self._clients))
+            tokens = await asyncio.gather(*(c.get(key(self._name)) for c in self._clients))
+            for handle, hold, valid_from in before:
+                if hold is None or handle._hold is not hold:
+                    continue
+                if self._valid_from(handle) != valid_from:
+                    continue
+                # Read after the nodes: the key's PTTL only shrank since, as did remaining().
+                left = handle.remaining()
+                if left <= 0.0:
+                    continue
+                self.samples += 1
+                kept = sum(1 for p in pttls if p / 1000 >= left - 0.005)
+                if kept < quorum:
+                    mine = [t == hold.token for t in tokens]
+                    self.violations.append(
+                        f"{handle!r} reads {left:.3f}s left; the nodes keep "
+                        f"{[p / 1000 for p in pttls]} (its token there: {mine})"
+                    )
+            await asyncio.sleep(0.005)
+
+    @staticmethod
+    def _valid_from(handle: aiolock.Lock) -> float | None:
+        hold = handle._hold
+        return None if hold is None else hold.valid_from
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._run())
+
+    async def stop(self) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
+@contextlib.asynccontextmanager
+async def watching(clients: list[redis.Redis], name: str) -> AsyncIterator[Watch]:
+    watch = Watch(clients, name)
+    watch.start()
+    try:
+        yield watch
+    finally:
+        await watch.stop()
+
+
+async def rival_never_acquires_while_owned(
+    rival: aiolock.Lock, holders: list[aiolock.Lock], seconds: float
+) -> bool:
+    """Try ``rival`` every 10 ms for ``seconds``; fail if it wins while a holder is owned."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if await rival.acquire(timeout=0):
+            owned = [h for h in holders if h.owned]
+            assert not owned, f"two holders: {rival!r} acquired while {owned!r} still read owned"
+            await rival.release()
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+async def test_a_shorter_extend_given_up_and_landing_late_never_cuts_a_renewed_lock(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    """Break 1 of issue 31: extend(0.2) held back 0.3 s on 3 of 5 nodes, renewal on.
+
+    On 795751d the renewal won on its own connections (2.5 s left), then the EXTEND
+    landed and the key expired 0.2 s later on 3 nodes: a second client acquired while
+    the first read 2.5 s left.
+    """
+    async with (
+        nemesis(servers) as net,
+        LockManager(net.urls, node_timeout=NODE_TIMEOUT) as locks,
+        LockManager(list(servers), node_timeout=NODE_TIMEOUT) as others,
+    ):
+        lock = locks.lock(name, ttl=3.0)
+        assert await lock.acquire(timeout=0)
+        async with watching(clients, name) as watch:
+            watch.handles.append(lock)
+            held = [node.hold(script("EXTEND"), 0.3, count=1) for node in net[:3]]
+            with pytest.raises(QuorumError):
+                await lock.extend(0.2)
+            assert [rule.matched for rule in held] == [1, 1, 1]
+            await rival_never_acquires_while_owned(others.lock(name, ttl=3.0), [lock], 1.5)
+            assert watch.samples > 0
+        assert watch.violations == [], watch.violations[:3]
+        with contextlib.suppress(aiolock.LockError):
+            await lock.release()
+
+
+async def test_a_late_extend_never_cuts_the_key_of_a_lease_taker(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    """Break 1 through the lease: the holder passes the lock on with no I/O after its
+    renewal won; the held-back EXTEND of its given-up extend(0.2) must not cut the
+    taker's key."""
+    async with (
+        nemesis(servers) as net,
+        LockManager(net.urls, node_timeout=NODE_TIMEOUT) as locks,
+        LockManager(list(servers), node_timeout=NODE_TIMEOUT) as others,
+    ):
+        holder = locks.lock(name, ttl=3.0)
+        assert await holder.acquire(timeout=0)
+        takers = [locks.lock(name, ttl=3.0) for _ in range(3)]
+        waiting = [asyncio.create_task(t.acquire(timeout=5)) for t in takers]
+        await asyncio.sleep(0.05)
+        # A PASS_ON with waiters behind reserves tokens: the next handoff may be a lease.
+        await holder.release()
+        assert await waiting[0]
+        first = takers[0]
+        async with watching(clients, name) as watch:
+            watch.handles.extend(takers)
+            held = [node.hold(script("EXTEND"), 0.3, count=1) for node in net[:3]]
+            with pytest.raises(QuorumError):
+                await first.extend(0.2)
+            assert [rule.matched for rule in held] == [1, 1, 1]
+            # Once the renewal has won again (on 795751d: on its own connections), hand
+            # the lock on at once: a lease, while the EXTEND is still held back.
+            deadline = time.monotonic() + 0.25
+            while first.remaining() < 2.0 and first.owned and time.monotonic() < deadline:
+                await asyncio.sleep(0.001)
+            with contextlib.suppress(aiolock.LockError):
+                await first.release()
+            done, _ = await asyncio.wait(waiting[1:], timeout=5)
+            assert done
+            holders = [t for t in takers[1:] if t.owned]
+            await rival_never_acquires_while_owned(others.lock(name, ttl=3.0), holders, 1.2)
+        assert watch.violations == [], watch.violations[:3]
+        for task in waiting:
+            task.cancel()
+        for taker in takers:
+            with contextlib.suppress(aiolock.LockError):
+                await taker.release()
+
+
+async def test_a_late_grant_of_a_token_still_held_and_forgotten_is_left_alone(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    """Break 2 of issue 31: a release's grant from node 5 reaches the waiting process
+    late, after 1,024 or more other handoffs there made it forget the token (``_taken`` keeps
+    1,024). On 795751d it then gave the token back on every node: the live holder's
+    key was deleted and another manager acquired while it read 28 s left."""
+    async with (
+        nemesis(servers) as net,
+        LockManager(list(servers), node_timeout=0.5) as releasing,
+        LockManager(net.urls, node_timeout=0.5) as waiting,
+        LockManager(list(servers), node_timeout=0.5) as others,
+    ):
+        first = releasing.lock(name, ttl=30.0)
+        assert await first.acquire(timeout=0)
+        taker = waiting.lock(name, ttl=30.0)
+        task = asyncio.create_task(taker.acquire(timeout=10))
+        await in_line(clients, name, 1)
+        await asyncio.sleep(0.2)  # subscribed to its grants on every node
+        # Node 5's grant message (and anything else it publishes to the waiting
+        # process) is held back until the churn below is over.
+        net[4].delay_replies(math.inf, links=lambda link: link.kind == "pubsub")
+        await first.release()
+        assert await task
+        grants = waiting._engine.grants
+        assert grants is not None
+        # Churn: handoffs within the waiting process on another name, each a PASS_ON
+        # whose taker's token is remembered as taken, until the grant's is forgotten.
+        # (Listened to on nodes 2 to 4 only: node 5's pub/sub is the one held back.)
+        churn = next(
+            c
+            for i in range(1000)
+            if zlib.crc32(key(c := f"{name}-churn{i}").encode()) % len(servers) == 1
+        )
+        count = 0
+        assert taker._hold is not None
+        token = taker._hold.token
+        assert token in grants._taken
+
+        async def churner() -> None:
+            nonlocal count
+            lock = waiting.lock(churn, ttl=30.0)
+            while token in grants._taken:
+                async with lock:
+                    count += 1
+                    await asyncio.sleep(0)
+
+        async with watching(clients, name) as watch:
+            watch.handles.append(taker)
+            await asyncio.wait_for(asyncio.gather(churner(), churner()), 30)
+            assert count >= 1024
+            assert taker.owned
+            # The late grant arrives now; the holder keeps its key.
+            net[4].delay_replies(0.0)
+            net[4].flush()
+            rival = others.lock(name, ttl=30.0)
+            won = await rival_never_acquires_while_owned(rival, [taker], 1.0)
+            assert not won
+            assert taker.owned
+            assert watch.samples > 0
+        assert watch.violations == [], watch.violations[:3]
+        tokens = [await c.get(key(name)) for c in clients]
+        assert sum(1 for t in tokens if t is not None and t == tokens[0]) >= 4, tokens
+        await taker.release()
+
+
+# -- bounded memories forget safely (issue 31, item 2) -------------------------------------
+
+
+async def _taken_through_the_queue(locks: LockManager, name: str, ttl: float) -> aiolock.Lock:
+    """A handle that took ``name`` as a waiter (its token is then noted as held)."""
+    holder = locks.lock(name, ttl=ttl)
+    assert await holder.acquire(timeout=0)
+    waiter = locks.lock(name, ttl=ttl, auto_renew=False)
+    task = asyncio.create_task(waiter.acquire(timeout=5))
+    await asyncio.sleep(0.01)
+    await holder.release()
+    assert await task
+    return waiter
+
+
+async def test_tokens_held_are_forgotten_when_detached_or_left_to_expire(
+    locks: LockManager, name: str
+) -> None:
+    # Grants._held is exact (late grants of a token in it are never given back), so it
+    # must not keep what is no longer held here: a detached lock (issue 31: it grew
+    # without bound), and a lock left to expire whose handle acquires again.
+    grants = locks._engine.grants
+    assert grants is not None
+    for _ in range(20):
+        waiter = await _taken_through_the_queue(locks, name, ttl=5.0)
+        assert len(grants._held) == 1
+        ticket = waiter.detach()
+        assert grants._held == set()
+        attached = await locks.attach(ticket)
+        await attached.release()
+    waiter = await _taken_through_the_queue(locks, name, ttl=0.3)
+    assert len(grants._held) == 1
+    await asyncio.sleep(0.4)
+    assert await waiter.acquire(timeout=0)
+    assert grants._held == set()
+    await waiter.release()
+
+
+async def test_offers_forgotten_cost_a_wait_never_a_second_holder(
+    servers: Servers, clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Turns keeps the last 4,096 offers; a grant naming one it forgot cannot be read.
+    # Overflowed at once here (it keeps none): every grant goes unread, the granted key
+    # waits on the nodes, and the waiter takes the lock with its own attempt (ACQUIRE
+    # on its own token says yes) once it tries: later, never alongside the holder.
+    monkeypatch.setattr(aiolock._turns, "_OFFERS_KEPT", 0)
+    async with (
+        LockManager(list(servers)) as first,
+        LockManager(list(servers)) as second,
+    ):
+        holder = first.lock(name, ttl=1.0)
+        assert await holder.acquire(timeout=0)
+        waiter = second.lock(name, ttl=1.0)
+        task = asyncio.create_task(waiter.acquire(timeout=10))
+        await in_line(clients, name, 1)
+        assert second._engine.turns is not None
+        assert second._engine.turns._offers == {}
+        async with watching(clients, name) as watch:
+            watch.handles.extend([holder, waiter])
+            await holder.release()
+            assert await asyncio.wait_for(task, 10)
+            assert not holder.owned
+        assert watch.violations == [], watch.violations[:3]
+        await waiter.release()
