@@ -15,6 +15,9 @@ ttls. A body samples ``now + remaining()`` as a careful user would (``valid_unti
 its last estimate); when the lock is lost, ``left`` is the moment the cancellation
 reached the body (``told``).
 
+MODE ``delay``: as ``renew`` with ttls of 1 to 3 s, and bodies that now and then call
+``extend()`` with a shorter or a longer ttl (issue 31: the nemesis holds messages back).
+
 ``$AIOLOCK_CHAOS_GRACE`` sets the managers' ``restart_grace`` (default: a little more than
 the mode's longest ttl; ``0`` turns the restart quarantine off, to show what it prevents).
 """
@@ -36,11 +39,14 @@ NODE_TIMEOUT = 0.05
 TTL = 1.0  # MODE expire
 RENEW_TTL = (2.0, 6.0)  # MODE renew: the range of ttls
 RENEW_HOLD = (0.05, 2.0)  # MODE renew: how long a section lasts, in ttls
+DELAY_TTL = (1.0, 3.0)  # MODE delay: the range of ttls (sections as in renew)
+EXTEND_CHANCE = 0.02  # MODE delay: per 10 ms of a body, the chance of an extend()
 
 
 def restart_grace(mode: str) -> float:
     """The managers' restart_grace: longer than any ttl of the mode, unless overridden."""
-    default = RENEW_TTL[1] + 1.0 if mode == "renew" else TTL + 0.5
+    longest = {"renew": RENEW_TTL[1], "delay": DELAY_TTL[1]}.get(mode, TTL)
+    default = longest + (1.0 if mode != "expire" else 0.5)
     return float(os.environ.get("AIOLOCK_CHAOS_GRACE", default))
 
 
@@ -110,7 +116,7 @@ async def main(mode: str, seconds: float, tasks: int, names: list[str], urls: li
         async def renewed() -> None:
             while time.monotonic() < stop_at:
                 name = rng.choice(names)
-                ttl = rng.uniform(*RENEW_TTL)
+                ttl = rng.uniform(*(DELAY_TTL if mode == "delay" else RENEW_TTL))
                 record: dict[str, Any] = {}
                 try:
                     async with locks.lock(name, ttl=ttl, timeout=5) as lock:
@@ -135,6 +141,11 @@ async def main(mode: str, seconds: float, tasks: int, names: list[str], urls: li
                                 record["left"] = now
                                 if now >= end:
                                     break
+                                if mode == "delay" and rng.random() < EXTEND_CHANCE:
+                                    # Shorter or longer than the ttl: a shorter one that
+                                    # lands late must never cut a later, longer one.
+                                    await extend(lock, ttl, record)
+                                    continue
                                 await asyncio.sleep(min(0.01, end - now))
                         except asyncio.CancelledError:
                             record["left"] = time.monotonic()
@@ -152,7 +163,18 @@ async def main(mode: str, seconds: float, tasks: int, names: list[str], urls: li
                 if record:
                     emit(record)
 
-        task = renewed if mode == "renew" else expiring
+        async def extend(lock: Any, ttl: float, record: dict[str, Any]) -> None:
+            factor = rng.uniform(0.2, 0.6) if rng.random() < 0.5 else rng.uniform(1.0, 2.0)
+            try:
+                await lock.extend(max(3 * NODE_TIMEOUT, ttl * factor))
+            except QuorumError:
+                count("extend_quorum")  # the validity follows what the nodes may hold
+            except LockNotOwned:
+                # Not held on a majority while the holder believed it valid: the nodes
+                # lost a key we kept: the test fails on this count.
+                count("extend_not_owned")
+
+        task = renewed if mode in ("renew", "delay") else expiring
         await asyncio.gather(*(task() for _ in range(tasks)))
     emit({"summary": errors, "pid": pid})
 

@@ -17,8 +17,15 @@ ttl), delays and blackholes nodes. Two modes:
   sections of one name (a told holder's section ends when it is told), and on
   fencing tokens out of order.
 
-Short by default (``expire`` 12 s, ``renew`` 60 s); ``AIOLOCK_CHAOS_SECONDS=60``
-(or ``nox -s chaos``) for a long run of both.
+* **delay** (issue 31: messages that arrive late): as renew, with bodies that also
+  call ``extend()`` with shorter and longer ttls, while :class:`DelayNemesis` (through
+  ``aiolock.testing.nemesis``) holds back random commands and scripts on random
+  connections for 0 to 3 x ``node_timeout`` (sometimes ttl/2), delays pub/sub messages,
+  drops one connection, black-holes a node. The checker is renew mode's, unchanged.
+
+Short by default (``expire`` 12 s, ``renew`` and ``delay`` 60 s);
+``AIOLOCK_CHAOS_SECONDS=600`` (or ``nox -s chaos -- 600``) for a long run of each.
+``AIOLOCK_CHAOS_SEED`` replays a nemesis's choices (the processes' timing still varies).
 """
 
 from __future__ import annotations
@@ -34,9 +41,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from aiolock.testing import Server, Servers
+import aiolock.testing
+from aiolock.testing import NodeProxy, Server, Servers, command, script
 
-from .chaos_worker import NODE_TIMEOUT, RENEW_TTL
+from .chaos_worker import DELAY_TTL, NODE_TIMEOUT, RENEW_TTL
 from .faults import Mode, Proxy, proxies
 
 SECONDS = float(os.environ.get("AIOLOCK_CHAOS_SECONDS", "12"))
@@ -57,6 +65,7 @@ class Nemesis:
     ) -> None:
         self.servers = servers
         self.proxied = proxied
+        self.seed = seed
         self.rng = random.Random(seed)
         #: Also pause a majority now and then (renew mode), when no other fault runs.
         self.majority = majority
@@ -148,6 +157,92 @@ class Nemesis:
             self.faulty.discard(i)
 
 
+#: What DelayNemesis holds back: any command, or one of aiolock's scripts.
+HELD_BACK = [
+    command("EVALSHA", "EVAL", "PUBLISH"),
+    *(
+        script(name)
+        for name in (
+            "ACQUIRE", "RELEASE", "EXTEND", "EXTEND_MANY", "REPAIR", "PASS_ON",
+            "RELEASE_EITHER", "RAISE_FENCE", "HANDOVER", "RELEASE_TURN", "TURN_JOIN",
+            "TURN_LEAVE",
+        )
+    ),
+]  # fmt: skip
+
+
+class DelayNemesis:
+    """Makes messages arrive late (issue 31): one random fault at a time per node.
+
+    ``hold``: the next 1 to 5 requests that match a random matcher of
+    :data:`HELD_BACK` on a random connection of a node (and all behind them on it)
+    arrive 0 to 3 x node_timeout late, now and then half a ttl; ``replies``: a node's
+    pub/sub messages (release messages, grants) arrive late for a while; ``drop``: one
+    connection reset while the others stay up; ``blackhole``: a node unreachable for a
+    while. At most a minority of nodes black-holed at once.
+    """
+
+    def __init__(self, proxied: list[NodeProxy], seed: int) -> None:
+        self.proxied = proxied
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.injected: Counter[str] = Counter()
+        self.blackholed: set[int] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def _delay(self) -> float:
+        if self.rng.random() < 0.1:
+            return self.rng.uniform(*DELAY_TTL) / 2
+        return self.rng.uniform(0.0, 3 * NODE_TIMEOUT)
+
+    async def run(self, seconds: float) -> None:
+        loop = asyncio.get_running_loop()
+        stop_at = loop.time() + seconds
+        while loop.time() < stop_at:
+            await asyncio.sleep(self.rng.uniform(0.02, 0.2))
+            i = self.rng.randrange(len(self.proxied))
+            proxy = self.proxied[i]
+            kind = self.rng.choices(["hold", "replies", "drop", "blackhole"], [20, 3, 2, 1])[0]
+            links = [link for link in proxy.links if not link.closed]
+            if kind == "hold" and links:
+                link = self.rng.choice(links)
+                match = self.rng.choice(HELD_BACK)
+                count = self.rng.randint(1, 5)
+                delay = self._delay()
+                proxy.hold(match, delay, count=count, links=lambda x, chosen=link: x is chosen)
+            elif kind == "replies":
+                self._start(self._replies(proxy))
+            elif kind == "drop" and links:
+                self.rng.choice(links).drop()
+            elif kind == "blackhole" and i not in self.blackholed and len(self.blackholed) < 2:
+                self._start(self._blackhole(i))
+            else:
+                continue
+            self.injected[kind] += 1
+        await asyncio.gather(*self._tasks)
+
+    def _start(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _replies(self, proxy: NodeProxy) -> None:
+        proxy.delay_replies(self._delay(), links=lambda link: link.kind == "pubsub")
+        await asyncio.sleep(self.rng.uniform(0.1, 1.0))
+        proxy.delay_replies(0.0)
+
+    async def _blackhole(self, i: int) -> None:
+        self.blackholed.add(i)
+        proxy = self.proxied[i]
+        proxy.blackhole()
+        try:
+            await asyncio.sleep(self.rng.uniform(0.2, 1.0))
+        finally:
+            proxy.blackhole(False)
+            proxy.drop_all()  # what was sent meanwhile is gone, as after a partition
+            self.blackholed.discard(i)
+
+
 def check(sections: list[dict[str, Any]]) -> dict[str, int]:
     """The checker; returns counts. Raises AssertionError on a violation."""
     stats = {"sections": len(sections), "overlaps_after_expiry": 0, "paused_holders": 0}
@@ -175,20 +270,31 @@ def check(sections: list[dict[str, Any]]) -> dict[str, int]:
     return stats
 
 
+def _seed() -> int:
+    return int(os.environ.get("AIOLOCK_CHAOS_SEED") or int.from_bytes(os.urandom(4), "big"))
+
+
 async def _run_chaos(
     servers: Servers, mode: str, seconds: float
-) -> tuple[list[dict[str, Any]], Counter[str], Nemesis]:
+) -> tuple[list[dict[str, Any]], Counter[str], Nemesis | DelayNemesis]:
     """Run the workers and the nemesis; return every section, the errors, the nemesis."""
-    async with proxies(servers) as proxied:
-        urls = [p.url for p in proxied]
+    async with contextlib.AsyncExitStack() as stack:
+        nemesis: Nemesis | DelayNemesis
+        if mode == "delay":
+            net = await stack.enter_async_context(aiolock.testing.nemesis(servers))
+            urls = net.urls
+            nemesis = DelayNemesis(list(net), seed=_seed())
+        else:
+            proxied = await stack.enter_async_context(proxies(servers))
+            urls = [p.url for p in proxied]
+            nemesis = Nemesis(servers, proxied, seed=_seed(), majority=mode == "renew")
+        print(f"chaos ({mode}): nemesis seed {nemesis.seed}", flush=True)
         args = [str(WORKER), mode, str(seconds), str(TASKS), ",".join(NAMES), *urls]
         pipe = asyncio.subprocess.PIPE
         procs = [
             await asyncio.create_subprocess_exec(sys.executable, *args, stdout=pipe, stderr=pipe)
             for _ in range(PROCESSES)
         ]
-        seed = int.from_bytes(os.urandom(4), "big")
-        nemesis = Nemesis(servers, proxied, seed=seed, majority=mode == "renew")
         try:
             outputs = await asyncio.gather(
                 nemesis.run(seconds - 1), *(p.communicate() for p in procs)
@@ -262,6 +368,23 @@ async def test_chaos_with_renewal_and_majority_pauses(servers: Servers) -> None:
     assert stats["sections"] >= 8
     assert nemesis.injected["pause_majority"] >= 1
     assert nemesis.injected["restart_majority"] >= 1
+
+
+async def test_chaos_with_late_messages(servers: Servers) -> None:
+    """Issue 31: the renew checker, unchanged, while the nemesis makes messages late."""
+    sections, errors, nemesis = await _run_chaos(servers, "delay", RENEW_SECONDS)
+    assert isinstance(nemesis, DelayNemesis)
+    stats = check_renewed(sections)
+    print(
+        f"chaos (delay): {RENEW_SECONDS:.0f}s, seed {nemesis.seed}, {PROCESSES}x{TASKS} "
+        f"tasks, faults {dict(nemesis.injected)}, {stats['sections']} sections checked, "
+        f"{stats['told']} holders told of a loss, least margin before validity ended "
+        f"{stats['least_margin_ms']} ms, client-side errors {dict(errors)}"
+    )
+    # A majority that said "not held" while its holder believed the lock valid.
+    assert errors["extend_not_owned"] == 0, errors
+    assert stats["sections"] >= RENEW_SECONDS
+    assert nemesis.injected["hold"] >= 10 * RENEW_SECONDS / 12
 
 
 def test_checker_catches_violations() -> None:
