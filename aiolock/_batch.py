@@ -6,9 +6,9 @@ import asyncio
 from collections.abc import Sequence
 from typing import Any, Final
 
-from ._votes import NodeLike, quorum_size
+from ._votes import NodeLike, milliseconds, quorum_size
 
-__all__ = ["BATCH_BYTES", "BATCH_LIMIT", "BatchVotes", "batch_chunks"]
+__all__ = ["BATCH_BYTES", "BATCH_LIMIT", "BatchVotes", "batch_chunks", "chunk_args"]
 
 #: Most locks renewed by one script call (bounds the time a node spends in it).
 BATCH_LIMIT: Final = 1000
@@ -117,3 +117,14 @@ def batch_chunks(sizes: Sequence[int]) -> list[tuple[int, int]]:
     if lo < len(sizes):
         chunks.append((lo, len(sizes)))
     return chunks
+
+
+def chunk_args(items: Sequence[tuple[bytes, bytes, float]], lo: int, hi: int) -> tuple[bytes, ...]:
+    """``EXTEND_MANY``'s arguments for ``items[lo:hi]``, each ``(key, token, ttl)``."""
+    part = items[lo:hi]
+    args: list[bytes] = [b"%d" % len(part)]
+    args.extend(key for key, _token, _ttl in part)
+    for _key, token, ttl in part:
+        args.append(token)
+        args.append(b"%d" % milliseconds(ttl))
+    return tuple(args)

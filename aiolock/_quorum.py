@@ -26,7 +26,7 @@ from typing import Any
 
 import anyio
 
-from ._batch import BatchVotes, batch_chunks
+from ._batch import BatchVotes, batch_chunks, chunk_args
 from ._connection import Callback, call_with_keys_asked, ignore
 from ._fencing import fence_retention
 from ._keys import fence_key as fence_key_of
@@ -375,20 +375,24 @@ class Quorum:
         if not chunks:
             return batch
         timer = WriteTimer(timeout, batch.expire, self.nodes, chunks, timeout)
-        for lo, hi in chunks:
-            part = items[lo:hi]
-            args: list[bytes] = [b"%d" % len(part)]
-            args.extend(key for key, _token, _ttl in part)
-            for _key, token, ttl in part:
-                args.append(token)
-                args.append(b"%d" % milliseconds(ttl))
-            packed_args = tuple(args)
-            for ni, node in enumerate(self.nodes):
-                node.call_script(
-                    EXTEND_MANY_SCRIPT,
-                    packed_args,
-                    functools.partial(batch.record, node, ni, lo, hi),
-                )
+        packed = [chunk_args(items, lo, hi) for lo, hi in chunks]
+
+        # One chunk at a time on each node: the batch shares the node's one ordered
+        # connection with acquires and releases (see _engine.py), which then wait for
+        # one chunk at most, not the whole batch. A chunk sent later is applied later:
+        # validity counted from ``start`` only errs short.
+        def send(ni: int, node: NodeLike, k: int) -> None:
+            lo, hi = chunks[k]
+
+            def answered(reply: object) -> None:
+                batch.record(node, ni, lo, hi, reply)
+                if k + 1 < len(chunks) and not batch.decided():
+                    send(ni, node, k + 1)
+
+            node.call_script(EXTEND_MANY_SCRIPT, packed[k], answered)
+
+        for ni, node in enumerate(self.nodes):
+            send(ni, node, 0)
         try:
             await wait_decided(batch)
         finally:

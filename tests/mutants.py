@@ -540,6 +540,18 @@ MUTANTS = [
         ("tests/test_late.py::test_tokens_held_are_forgotten_when_detached_or_left_to_expire",),
     ),
     Mutant(
+        "a renewal batch writes every chunk at once on the shared connection",
+        "aiolock/_quorum.py",
+        "        for ni, node in enumerate(self.nodes):\n            send(ni, node, 0)\n",
+        "        for ni, node in enumerate(self.nodes):\n"
+        "            for k in range(len(chunks)):\n"
+        "                send(ni, node, k)\n",
+        (
+            "tests/test_late.py::"
+            "test_a_renewal_batch_sends_one_chunk_at_a_time_on_the_shared_connection",
+        ),
+    ),
+    Mutant(
         "an inner reentrant level's release after expiry returns quietly",
         "aiolock/_lock.py",
         "            if expired:  # (as the outer level's release will say too)\n",

@@ -14,7 +14,7 @@ import contextlib
 import math
 import time
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 
 import pytest
 import redis.asyncio as redis
@@ -312,3 +312,35 @@ async def test_offers_forgotten_cost_a_wait_never_a_second_holder(
             assert not holder.owned
         assert watch.violations == [], watch.violations[:3]
         await waiter.release()
+
+
+async def test_a_renewal_batch_sends_one_chunk_at_a_time_on_the_shared_connection(
+    servers: Servers, name: str
+) -> None:
+    # The renewal shares each node's connection with acquires and releases (so that
+    # nothing of ours overtakes anything of ours): a big batch is sent a chunk at a
+    # time, and a request written meanwhile waits for one chunk, not the whole batch.
+    from aiolock._batch import BATCH_LIMIT
+    from aiolock._scripts import ACQUIRE_SCRIPT, EXTEND_MANY_SCRIPT
+
+    async with nemesis(list(servers)[:1]) as net, LockManager(net.urls) as locks:
+        assert await locks.lock(name, ttl=5).acquire(timeout=0)  # connected
+        order: list[bytes] = []
+
+        def note(words: Sequence[bytes]) -> bool:
+            if words[:1] == [b"EVALSHA"]:
+                order.append(words[1])
+            return False
+
+        net[0].hold(note, 0.0)
+        items = [(f"{name}:{i}".encode(), b"t", 5.0) for i in range(2 * BATCH_LIMIT + 1)]
+        batch = asyncio.create_task(locks._engine.renewal_quorum.extend_many(items, budget=5))
+        await asyncio.sleep(0)  # the first chunk is written
+        assert (await locks.lock(f"{name}-other", ttl=5).acquire(timeout=0)) is True
+        await batch
+        sent = [
+            "extend_many" if sha == EXTEND_MANY_SCRIPT.sha else "acquire"
+            for sha in order
+            if sha in (EXTEND_MANY_SCRIPT.sha, ACQUIRE_SCRIPT.sha)
+        ]
+        assert sent == ["extend_many", "acquire", "extend_many", "extend_many"], sent
