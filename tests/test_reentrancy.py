@@ -161,19 +161,22 @@ async def test_released_names_are_forgotten_by_the_task_bookkeeping(
     assert holds[task] == {}
 
 
+@pytest.mark.parametrize("call", ["extend", "release"])
 async def test_an_inner_level_that_finds_the_lock_expired_leaves_only_its_own_level(
-    locks: LockManager, clients: list[redis.Redis], name: str
+    locks: LockManager, clients: list[redis.Redis], name: str, call: str
 ) -> None:
-    # Without renewal the shared acquisition expires. The inner level's extend() finds
-    # it so: it gives up its level only. The outer level still holds its part (and
-    # learns of the expiry at its own release); the nodes are cleaned with the last.
+    # Without renewal the shared acquisition expires. The inner level's extend() or
+    # release() finds it so: it gives up its level only, and raises LockNotOwned as the
+    # contract says for a lock no longer held (an inner release() returned quietly
+    # before issue 31). The outer level still holds its part (and learns of the expiry
+    # at its own release); the nodes are cleaned with the last.
     outer = locks.lock(name, ttl=0.3, auto_renew=False, reentrant=True)
     inner = locks.lock(name, ttl=0.3, auto_renew=False, reentrant=True)
     assert await outer.acquire()
     assert await inner.acquire()
     await asyncio.sleep(0.4)
     with pytest.raises(LockNotOwned, match="had expired"):
-        await inner.extend()
+        await getattr(inner, call)()
     with pytest.raises(LockNotOwned, match="had expired before release"):
         await outer.release()
     # Nothing is left of either level: the task may take the name again.
@@ -198,23 +201,3 @@ async def test_every_level_of_a_lost_shared_acquisition_reads_the_loss(
     assert outer.lost is loss.value
     assert inner.lost is loss.value
     assert await inner.wait_lost() is loss.value
-
-
-async def test_an_inner_levels_release_after_the_lock_expired_raises_not_owned(
-    locks: LockManager, name: str
-) -> None:
-    # The contract: a release of a lock no longer held raises LockNotOwned, as
-    # asyncio.Lock does on a double release; an inner level is no exception (it returned
-    # quietly before issue 31). Each level is told once, and nothing is left.
-    outer = locks.lock(name, ttl=0.3, auto_renew=False, reentrant=True)
-    inner = locks.lock(name, ttl=0.3, auto_renew=False, reentrant=True)
-    assert await outer.acquire()
-    assert await inner.acquire()
-    await asyncio.sleep(0.4)
-    with pytest.raises(LockNotOwned, match="had expired before release"):
-        await inner.release()
-    with pytest.raises(LockNotOwned, match="had expired before release"):
-        await outer.release()
-    again = locks.lock(name, ttl=5)
-    assert await again.acquire(timeout=0)
-    await again.release()
