@@ -383,7 +383,7 @@ async def test_chaos_with_late_messages(servers: Servers) -> None:
     )
     # A majority that said "not held" while its holder believed the lock valid.
     assert errors["extend_not_owned"] == 0, errors
-    assert stats["sections"] >= RENEW_SECONDS
+    assert stats["sections"] >= RENEW_SECONDS / 3  # (sections last 0.05 to 2 ttls)
     assert nemesis.injected["hold"] >= 10 * RENEW_SECONDS / 12
 
 
