@@ -166,7 +166,8 @@ class Hold:
         self.extensions.remove(extension)
         if self.ended:
             return  # released (or dropped) meanwhile
-        if (not won or extension.overlapped) and expires_at >= self.expires_at:
+        # (Equal: a shorter one lowered the validity when sent; the schedule follows now.)
+        if (not won or extension.overlapped) and expires_at > self.expires_at:
             return  # unconfirmed or raced: keep the earlier
         self.expires_at = expires_at
         self.valid_from = start

@@ -22,9 +22,12 @@ same validity) with the next reserved fencing token.
   it was sent, as any validity does. A lease is made only while that leaves the
   waiter at most :func:`lease_slack` (1 % of its ttl, at least 5 ms) less than a
   fresh acquire would, never more (a waiter with a shorter ttl than the holder's: the
-  key would outlive it should its process die), and never with an extension of the
-  holder in flight (the nodes may apply it after the lease: a shorter ttl would leave
-  the waiter a validity they do not keep). Otherwise the handoff is a ``PASS_ON``,
+  key would outlive it should its process die). An extension of the holder still in
+  flight (or given up on: it may land after the lease) is no obstacle of its own: one
+  that may shorten the key lowered the holder's validity when it was sent
+  (``Hold.begin_extension``), so the waiter inherits at most what it leaves, and the
+  rule above then usually refuses; a longer one only lengthens the key (issue 31).
+  Otherwise the handoff is a ``PASS_ON``,
   which brings a fresh ttl and a new reserve.
 - Leases count in the streak of handoffs within the process (``Waiting.released``),
   so other processes get their turn as before.
@@ -92,7 +95,6 @@ def lease(quorum: Quorum, hold: Hold, taker: Taker, grants: Grants | None) -> bo
         fence is None
         or reserve is None
         or reserve <= fence
-        or hold.extensions
         or hold.expires_at < fresh - lease_slack(taker.ttl)
         # Nor more: the key would outlive the taker's ttl should its process die.
         or hold.expires_at > fresh
