@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
 import random
 import re
 import time
@@ -84,20 +85,25 @@ class Run:
         self.sections: list[dict[str, Any]] = []
         self.errors: dict[str, int] = {}
         self.handles: list[aiolock.Lock] = []
+        #: When the workers stop: no wait nor section goes on past it.
+        self.stop_at = math.inf
 
     def _count(self, what: str) -> None:
         self.errors[what] = self.errors.get(what, 0) + 1
 
+    def _wait(self) -> float:
+        return max(0.0, min(2.0, self.stop_at - time.monotonic()))
+
     def _handle(self, locks: LockManager, ttl: float) -> Any:
         if self.kind == "semaphore":
-            return locks.semaphore(self.name, 2, ttl=ttl, timeout=2)
+            return locks.semaphore(self.name, 2, ttl=ttl, timeout=self._wait())
         if self.kind == "rwlock":
-            rw = locks.rwlock(self.name, ttl=ttl, timeout=2)
+            rw = locks.rwlock(self.name, ttl=ttl, timeout=self._wait())
             return rw.write() if self.rng.random() < 0.5 else rw.read()
-        return locks.lock(self.name, ttl=ttl, timeout=2)
+        return locks.lock(self.name, ttl=ttl, timeout=self._wait())
 
     async def _body(self, handle: Any, ttl: float, record: dict[str, Any]) -> None:
-        end = record["entered"] + self.rng.uniform(0.05, 0.6) * ttl
+        end = min(record["entered"] + self.rng.uniform(0.05, 0.6) * ttl, self.stop_at)
         try:
             while True:
                 now = time.monotonic()
@@ -138,7 +144,7 @@ class Run:
         return record
 
     async def _ticket_cycle(self, locks: LockManager, ttl: float) -> None:
-        first = locks.lock(self.name, ttl=ttl, timeout=2)
+        first = locks.lock(self.name, ttl=ttl, timeout=self._wait())
         if not await first.acquire():
             self._count("timeout")
             return
@@ -161,6 +167,7 @@ class Run:
             self.handles.remove(handle)
 
     async def worker(self, locks: LockManager, stop_at: float) -> None:
+        self.stop_at = stop_at
         while time.monotonic() < stop_at:
             ttl = self.rng.uniform(0.5, 1.5)
             try:
