@@ -72,12 +72,13 @@ class Quorum:
         node_timeout: float,
         drift_factor: float,
         clock: Callable[[], float],
-        wall_clock: Callable[[], float] = time.time,
+        wall_clock: Callable[[], float] | None = None,
     ) -> None:
         self.nodes = tuple(nodes)
         self.names = tuple(node.name for node in self.nodes)
         #: Seconds since the epoch, for the floor of fencing tokens (see _fencing.py).
-        self.wall_clock = wall_clock
+        # (Looked up now, not when the module was imported: a simulated world's clock.)
+        self.wall_clock = time.time if wall_clock is None else wall_clock
         self.n = len(self.nodes)
         self.quorum = quorum_size(self.n)
         self.node_timeout = node_timeout

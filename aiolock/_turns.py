@@ -77,13 +77,14 @@ class Turns:
         self,
         broadcast: Broadcast,
         *,
-        wall_clock: Callable[[], float] = time.time,
-        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] | None = None,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         #: Sends a script to every node without waiting (ordered connections).
         self.broadcast = broadcast
-        self.wall_clock = wall_clock
-        self.clock = clock
+        # (Looked up now, not when the module was imported: a simulated world's clocks.)
+        self.wall_clock = time.time if wall_clock is None else wall_clock
+        self.clock = time.monotonic if clock is None else clock
         #: Names this manager in release messages: never empty, never ``NOT_FREE``.
         self.member = os.urandom(8).hex().encode()
         self._seq = 0
