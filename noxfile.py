@@ -162,6 +162,19 @@ def chaos(session: nox.Session) -> None:
 
 
 @nox.session
+def sim(session: nox.Session) -> None:
+    """The deterministic simulation (tests/sim): an open-ended search of schedules.
+
+    `nox -s sim` searches for 30 minutes from a random seed and stops at the first
+    failing one; `nox -s sim -- replay SEED`, `-- shrink SEED`, `-- search --seconds 300`,
+    `-- mutants [NAME ...]` (see `python -m tests.sim --help`). Every run of the suite
+    searches a fixed budget of 2,000 schedules (tests/test_sim.py).
+    """
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "tests.sim", *(session.posargs or ["search"]))
+
+
+@nox.session
 def mutants(session: nox.Session) -> None:
     """Mutation testing of the safety modules: named mutants, then mutmut (long).
 

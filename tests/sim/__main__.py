@@ -1,0 +1,187 @@
+"""The deterministic simulation's command line (``nox -s sim`` runs it).
+
+    python -m tests.sim search [--first N] [--count K | --seconds S] [--jobs J]
+    python -m tests.sim replay SEED [--keep 0,3] [--around 40]
+    python -m tests.sim shrink SEED
+    python -m tests.sim mutants [NAME ...] [--seconds S]
+
+``search`` plays seeds first, first + 1, ... and stops at the first failing one, which
+it prints with the command that replays it; ``replay`` plays one seed (with only the
+faults numbered in ``--keep``) and prints its history around the first violation (or
+whole, with ``--around 0``) and its digest; ``shrink`` finds the fewest faults of a
+failing seed that still fail; ``mutants`` applies each named mutant of tests/mutants.py
+in turn and searches until the simulation kills it or the time is up.
+
+The history is the same, byte for byte, for the same seed: ``PYTHONHASHSEED`` is fixed
+(the command re-executes itself with ``PYTHONHASHSEED=0`` when it is not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .run import Result, run, shrink
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _show(result: Result, around: int) -> None:
+    lines = result.history
+    if around and result.failed:
+        first = next(i for i, line in enumerate(lines) if "VIOLATION" in line)
+        header = [line for line in lines if " planned #" in line or " config " in line]
+        print("\n".join(header))
+        print("...")
+        lines = lines[max(len(header), first - around) : first + 5]
+    print("\n".join(lines))
+    print(
+        f"seed {result.seed}: {'FAILED' if result.failed else 'ok'}, {result.holdings} "
+        f"holdings, {len(result.faults)} faults, counts {result.counts}, digest {result.digest()}"
+    )
+    for problem in result.violations:
+        print("VIOLATION", problem)
+
+
+def _one(seed: int) -> tuple[int, bool, int, list[str], bool]:
+    result = run(seed)
+    return seed, result.failed, result.holdings, result.violations, result.busy
+
+
+def search(first: int, count: int | None, seconds: float | None, jobs: int) -> int:
+    """Play seeds until one fails (exit 1), ``count`` pass, or ``seconds`` run out."""
+    started = time.monotonic()
+    seeds = range(first, first + count) if count is not None else range(first, 2**62)
+    played = holdings = 0
+    busy: list[int] = []
+    with multiprocessing.Pool(jobs) as pool:
+        for seed, failed, held, violations, stopped in pool.imap(_one, seeds, chunksize=4):
+            played += 1
+            holdings += held
+            if stopped:
+                busy.append(seed)
+            if failed:
+                took = time.monotonic() - started
+                print(f"seed {seed} FAILED after {played} schedules ({took:.1f} s):")
+                for problem in violations:
+                    print("  ", problem.splitlines()[0])
+                print(
+                    f"replay: python -m tests.sim replay {seed}   "
+                    f"(nox -s sim -- replay {seed}); shrink: python -m tests.sim shrink {seed}"
+                )
+                pool.terminate()
+                return 1
+            if seconds is not None and time.monotonic() - started > seconds:
+                pool.terminate()
+                break
+    took = time.monotonic() - started
+    print(
+        f"{played} schedules from seed {first}, {holdings} holdings checked, no violation, "
+        f"{took:.1f} s ({played / took:.0f} schedules/s)"
+    )
+    if busy:  # liveness, reported apart
+        print(f"{len(busy)} stopped as busy (a livelock?): seeds {busy[:10]}")
+    return 0
+
+
+def mutants(names: list[str], seconds: float, jobs: int) -> int:
+    """Each named mutant applied in turn; the search must find a violation in time."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from mutants import MUTANTS
+
+    chosen = [m for m in MUTANTS if not names or m.name in names]
+    survived = []
+    for mutant in chosen:
+        path = ROOT / mutant.path
+        source = path.read_text()
+        path.write_text(source.replace(mutant.old, mutant.new))
+        started = time.monotonic()
+        try:
+            out = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "tests.sim",
+                    "search",
+                    "--seconds",
+                    str(seconds),
+                    "--jobs",
+                    str(jobs),
+                ],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+        finally:
+            path.write_text(source)
+        took = time.monotonic() - started
+        killed = out.returncode == 1
+        lines = out.stdout.strip().splitlines()
+        found = [i for i, line in enumerate(lines) if "FAILED" in line]
+        detail = (
+            " / ".join(lines[found[0] : found[0] + 2])
+            if found
+            else lines[-1]
+            if lines
+            else out.stderr[-300:]
+        )
+        print(
+            f"{'killed  ' if killed else 'SURVIVED'} {took:6.1f}s  {mutant.name}: {detail}",
+            flush=True,
+        )
+        if not killed:
+            survived.append(mutant.name)
+    print(f"{len(chosen) - len(survived)} of {len(chosen)} named mutants killed by the simulation")
+    return 1 if survived else 0
+
+
+def main(argv: list[str]) -> int:
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        return subprocess.call([sys.executable, "-m", "tests.sim", *argv], env=env, cwd=ROOT)
+    parser = argparse.ArgumentParser(prog="python -m tests.sim")
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("search")
+    s.add_argument("--first", type=int, default=int.from_bytes(os.urandom(3), "big"))
+    s.add_argument("--count", type=int)
+    s.add_argument("--seconds", type=float)
+    s.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    r = sub.add_parser("replay")
+    r.add_argument("seed", type=int)
+    r.add_argument("--keep", type=lambda v: [int(x) for x in v.split(",") if x])
+    r.add_argument("--around", type=int, default=40)
+    k = sub.add_parser("shrink")
+    k.add_argument("seed", type=int)
+    m = sub.add_parser("mutants")
+    m.add_argument("names", nargs="*")
+    m.add_argument("--seconds", type=float, default=300.0)
+    m.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    args = parser.parse_args(argv)
+    if args.command == "search":
+        if args.count is None and args.seconds is None:
+            args.seconds = 1800.0
+        print(f"searching from seed {args.first} ({args.jobs} jobs)", flush=True)
+        return search(args.first, args.count, args.seconds, args.jobs)
+    if args.command == "replay":
+        result = run(args.seed, args.keep)
+        _show(result, args.around)
+        return 1 if result.failed else 0
+    if args.command == "shrink":
+        keep, result = shrink(args.seed)
+        _show(result, 40)
+        print(
+            f"shrunk to {len(keep)} of its faults: "
+            f"python -m tests.sim replay {args.seed} --keep {','.join(map(str, keep))}"
+        )
+        return 1 if result.failed else 0
+    return mutants(args.names, args.seconds, args.jobs)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

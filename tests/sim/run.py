@@ -1,0 +1,180 @@
+"""Running schedules: one from a seed, a search over many, a failing one shrunk.
+
+A schedule is everything a seed decides: the configuration (nodes, processes, tasks,
+names, operations), the list of faults with their times, and the random streams of the
+network, the workload and the library (tokens, jitter). ``run(seed)`` plays it in a
+fresh world; ``run(seed, keep=...)`` plays it with only some of its faults, which is
+how a failing seed is shrunk to the fewest faults that still break a rule.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from .check import check_exclusion, check_keys, check_told
+from .workload import Config, Recorder, make_config, run_processes
+from .world import Deadlock, Fault, World, virtual_process
+
+#: The nodes' clocks run at rates within 1 ± this (under the default drift_factor 0.01).
+DRIFT = 0.009
+#: How long after the managers closed, and every node is unpaused, the keys are checked:
+#: the longest ttl an extend() sets (2 x 3 s), on the slowest clock, and a late message.
+SETTLE = 2 * 3.0 * (1 + 2 * DRIFT) + 4.0
+
+
+def make_faults(seed: int, cfg: Config) -> list[Fault]:
+    """The faults of a schedule, in time order."""
+    rng = random.Random(f"faults-{seed}")
+    count = rng.choice((0, 2, 4, 8, 12, 16))
+    kinds = ("delay", "delay", "delay", "sever", "pause", "restart", "pubsub", "stall")
+    faults = []
+    for _ in range(count):
+        kind = rng.choice(kinds)
+        at = rng.uniform(0.0, cfg.seconds)
+        node = rng.randrange(cfg.nodes)
+        process = rng.choice((-1, *range(cfg.processes)))
+        if kind == "delay":
+            fault = Fault(
+                at,
+                kind,
+                node,
+                process,
+                seconds=rng.uniform(0.05, 2.0),
+                scale=rng.choice((0.002, 0.02, 0.1, 0.5)),
+                flag=rng.random() < 0.5,
+            )
+        elif kind == "sever":
+            fault = Fault(at, kind, node, process, flag=rng.random() < 0.5)
+        elif kind == "pause":
+            fault = Fault(at, kind, node, seconds=rng.uniform(0.02, 3.0))
+        elif kind == "restart":
+            fault = Fault(at, kind, node, seconds=rng.uniform(0.01, 2.0), flag=rng.random() < 0.8)
+        elif kind == "pubsub":
+            fault = Fault(
+                at,
+                kind,
+                node,
+                process,
+                seconds=rng.uniform(0.1, 3.0),
+                scale=rng.choice((0.0, 0.5, 1.0)),
+            )
+        else:
+            fault = Fault(at, kind, seconds=rng.uniform(0.005, 1.5))
+        faults.append(fault)
+    faults.sort(key=lambda f: f.at)
+    return faults
+
+
+@dataclass
+class Result:
+    seed: int
+    config: Config
+    faults: list[Fault]
+    violations: list[str]
+    history: list[str]
+    holdings: int
+    counts: dict[str, int]
+    late: list[str] = field(default_factory=list)
+    busy: bool = False  # stopped as a livelock (World.max_deliveries)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.violations)
+
+    def digest(self) -> str:
+        """A digest of the whole history: equal digests, equal runs."""
+        return hashlib.sha256("\n".join(self.history).encode()).hexdigest()[:16]
+
+
+def run(seed: int, keep: Iterable[int] | None = None) -> Result:
+    """Play the schedule of ``seed`` (only the faults numbered in ``keep``, if given)."""
+    cfg = make_config(seed)
+    faults = make_faults(seed, cfg)
+    if keep is not None:
+        kept = set(keep)
+        faults = [f for i, f in enumerate(faults) if i in kept]
+    world = World(seed=seed, nodes_count=cfg.nodes, drift=DRIFT, faults=faults)
+    rec = Recorder(world)
+    errors: list[str] = []
+
+    def on_error(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
+        exc = context.get("exception")
+        # A task of the library left unawaited at close is not a broken promise.
+        errors.append(f"loop: {context.get('message')}: {exc!r}")
+        world.trace(f"LOOP ERROR {context.get('message')}: {exc!r}")
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(on_error)
+        world.arm()
+        try:
+            async with asyncio.timeout(cfg.seconds + 120.0):
+                await run_processes(world, cfg, rec, seed)
+        except TimeoutError:
+            errors.append("liveness: the workload did not finish within 120 s of its end")
+        # A command held by a paused node runs when it resumes, and may set a ttl then.
+        resumed = max((n.paused_until for n in world.nodes), default=0.0)
+        await asyncio.sleep(max(0.0, resumed - world.now) + SETTLE)
+
+    world.trace(f"seed {seed} config {cfg}")
+    for i, fault in enumerate(faults):
+        world.trace(f"planned #{i} {fault}")
+    with virtual_process(world, seed):
+        try:
+            with asyncio.Runner(loop_factory=lambda: world.loop) as runner:
+                runner.run(main())
+        except Deadlock as exc:  # pragma: no cover - the loop had nothing left to do
+            errors.append(f"deadlock: {exc}")
+        except RuntimeError:
+            if not world.busy:
+                raise
+        except BaseExceptionGroup as group:
+            errors.extend(f"crash: {e!r}" for e in group.exceptions)
+    if world.busy:  # stopped midway: liveness, reported apart; nothing else is judged
+        return Result(
+            seed, cfg, faults, [], world.history, len(rec.holdings), rec.counts, rec.late, busy=True
+        )
+    keys = {n.index: n.store.keys() for n in world.nodes}
+    violations = [
+        *rec.crashes,
+        *errors,
+        *check_exclusion(rec.holdings),
+        *check_told(rec.holdings, world.stalls),
+        *check_keys(keys),
+    ]
+    for problem in violations:
+        world.trace(f"VIOLATION {problem.splitlines()[0]}")
+    return Result(
+        seed, cfg, faults, violations, world.history, len(rec.holdings), rec.counts, rec.late
+    )
+
+
+def shrink(seed: int) -> tuple[list[int], Result]:
+    """The fewest faults of ``seed``'s schedule that still fail (greedy, one at a time)."""
+    full = run(seed)
+    keep = list(range(len(full.faults)))
+    best = full
+    changed = True
+    while changed:
+        changed = False
+        for i in list(keep):
+            trial = [k for k in keep if k != i]
+            result = run(seed, trial)
+            if result.failed:
+                keep, best, changed = trial, result, True
+    return keep, best
+
+
+def search(first: int, count: int | None, seconds: float | None) -> Iterable[Result]:
+    """Run seeds ``first, first + 1, ...``: ``count`` of them, or for ``seconds``."""
+    started = time.monotonic()
+    seed = first
+    while (count is None or seed < first + count) and (
+        seconds is None or time.monotonic() - started < seconds
+    ):
+        yield run(seed)
+        seed += 1

@@ -1,0 +1,353 @@
+"""What the simulated processes do, and what they record for the checker.
+
+Every process is a :class:`aiolock.LockManager` of its own (its own connections, turns,
+grants, renewer) in the one simulated loop. Its tasks loop until the run's end over a
+mix of operations drawn from the run's seed: plain locks with and without renewal,
+shorter and longer ``extend()``, reentrant levels, detach + attach, handoffs (several
+tasks and processes on few names), semaphores, read-write locks and ``lock_many``; now
+and then an operation is cancelled at a random await (``asyncio.timeout``).
+
+A body works in *steps*: it reads ``remaining()`` and, only when it is positive, records
+a step ``(now, now + remaining())`` with no await in between: a step is a moment the
+holder believed, on the library's word, that it held the lock. The checker compares the
+steps of different holders (check.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import random
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiolock import (
+    LockError,
+    LockEvent,
+    LockLost,
+    LockManager,
+    LockNotOwned,
+    LockTimeout,
+    QuorumError,
+)
+
+from .world import World, current_process
+
+NODE_TIMEOUT = 0.05
+
+
+@dataclass
+class Holding:
+    """One acquisition, as its holder lived it."""
+
+    domain: tuple[Any, ...]  # ("lock", name) | ("sem", name, limit) | ("rw", name)
+    mode: str  # "x" exclusive, "s" slot, "r" read, "w" write
+    ident: Any  # what makes two records one holding (the fencing token for locks)
+    token: int | None
+    owner: str
+    ttl: float
+    renewed: bool  # auto-renewed inside ``async with``: a loss cancels the body
+    steps: list[tuple[float, float]] = field(default_factory=list)
+    told_at: float | None = None  # when the body was cancelled for the loss
+    ran_out: float | None = None  # when a renewed body saw remaining() == 0 untold
+
+    def step(self, now: float, remaining: float) -> None:
+        self.steps.append((now, now + remaining))
+
+
+@dataclass
+class Config:
+    """The shape of one run, drawn from its seed."""
+
+    nodes: int
+    processes: int
+    tasks: int
+    names: tuple[str, ...]
+    seconds: float
+    ops: tuple[str, ...]
+
+
+OPS = ("lock", "lock", "lock", "manual", "extend", "reentrant", "handover", "sem", "rw", "many")
+
+
+def make_config(seed: int) -> Config:
+    rng = random.Random(f"config-{seed}")
+    return Config(
+        nodes=rng.choice((3, 3, 5)),
+        processes=rng.choice((2, 2, 3)),
+        tasks=rng.choice((1, 2, 3)),
+        names=("a", "b")[: rng.choice((1, 1, 2))],
+        seconds=rng.uniform(3.0, 8.0),
+        ops=tuple(rng.sample(OPS, rng.randint(3, len(OPS)))),
+    )
+
+
+class Recorder:
+    """The run's holdings, counts and history lines."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        self.holdings: list[Holding] = []
+        self.counts: dict[str, int] = {}
+        self.crashes: list[str] = []
+        self.late: list[str] = []  # acquires that outlived their timeout (liveness)
+
+    def count(self, what: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+
+    def event(self, owner: str, what: str) -> None:
+        self.world.trace(f"{owner} {what}")
+
+    def holding(self, h: Holding) -> Holding:
+        self.holdings.append(h)
+        return h
+
+
+class Worker:
+    """One task of one process."""
+
+    def __init__(
+        self, rec: Recorder, locks: LockManager, cfg: Config, owner: str, seed: int
+    ) -> None:
+        self.rec = rec
+        self.locks = locks
+        self.cfg = cfg
+        self.owner = owner
+        self.rng = random.Random(f"work-{seed}-{owner}")
+        self.serial = itertools.count()
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    async def run(self, end: float) -> None:
+        while self.now() < end:
+            op = self.rng.choice(self.cfg.ops)
+            cancel_after = self.rng.uniform(0.005, 2.0) if self.rng.random() < 0.2 else None
+            self.rec.event(
+                self.owner,
+                f"op {op}" + (f" cancelled after {cancel_after:.3f}" if cancel_after else ""),
+            )
+            try:
+                async with asyncio.timeout(cancel_after):
+                    await getattr(self, f"op_{op}")(end)
+            except LockTimeout:  # (a TimeoutError too: before it)
+                self.rec.count("timeout")
+            except TimeoutError:
+                self.rec.count("cancelled")
+            except LockLost:
+                self.rec.count("lost")
+            except QuorumError:
+                self.rec.count("quorum")
+                await asyncio.sleep(self.rng.uniform(0.01, 0.1))
+            except LockNotOwned:
+                self.rec.count("not_owned")
+            except LockError as exc:
+                self.rec.count(type(exc).__name__)
+            except Exception as exc:  # the library broke a promise of its API
+                self.rec.crashes.append(f"{self.owner}: {op}: {exc!r}\n{traceback.format_exc()}")
+                self.rec.event(self.owner, f"CRASH {op}: {exc!r}")
+                return
+
+    # -- helpers -----------------------------------------------------------------------
+
+    def _ttl(self) -> float:
+        return self.rng.uniform(0.3, 3.0)
+
+    def _timeout(self) -> float:
+        return self.rng.choice((0.0, self.rng.uniform(0.05, 3.0)))
+
+    async def _body(
+        self, handle: Any, holds: list[Holding], seconds: float, *, extend: bool = False
+    ) -> None:
+        """Work in steps while the handle says it is valid, for ``seconds`` at most."""
+        until = self.now() + seconds
+        try:
+            while True:
+                now = self.now()
+                remaining = handle.remaining()
+                if remaining <= 0.0:
+                    for h in holds:
+                        if h.renewed and h.ran_out is None:
+                            h.ran_out = now
+                    return
+                for h in holds:
+                    h.step(now, remaining)
+                if now >= until:
+                    return
+                if extend and self.rng.random() < 0.08:
+                    await self._extend(handle, holds)
+                    continue
+                await asyncio.sleep(min(until - now, self.rng.uniform(0.002, 0.06)))
+        except asyncio.CancelledError:
+            if handle.lost is not None:
+                for h in holds:
+                    h.told_at = self.now()
+            raise
+
+    async def _extend(self, handle: Any, holds: list[Holding]) -> None:
+        factor = (
+            self.rng.uniform(0.2, 0.7) if self.rng.random() < 0.5 else self.rng.uniform(1.0, 2.0)
+        )
+        ttl = max(3 * NODE_TIMEOUT + 0.01, handle.ttl * factor)
+        for h in holds:
+            h.ttl = min(h.ttl, ttl)
+        self.rec.event(self.owner, f"extend {ttl:.3f}")
+        try:
+            await handle.extend(ttl)
+        except QuorumError:
+            self.rec.count("extend_quorum")
+
+    def _holding(
+        self,
+        domain: tuple[Any, ...],
+        mode: str,
+        handle: Any,
+        ident: Any,
+        token: int | None,
+        *,
+        renewed: bool,
+    ) -> Holding:
+        self.rec.event(
+            self.owner, f"holds {domain} {mode} token {token} left {handle.remaining():.4f}"
+        )
+        return self.rec.holding(
+            Holding(domain, mode, ident, token, self.owner, handle.ttl, renewed)
+        )
+
+    # -- operations --------------------------------------------------------------------
+
+    async def op_lock(self, end: float, *, extend: bool = False) -> None:
+        name = self.rng.choice(self.cfg.names)
+        renew = self.rng.random() < 0.7
+        lock = self.locks.lock(name, ttl=self._ttl(), timeout=self._timeout(), auto_renew=renew)
+        async with lock:
+            h = self._holding(
+                ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=renew
+            )
+            await self._body(lock, [h], self.rng.uniform(0.0, 2.0) * lock.ttl, extend=extend)
+
+    async def op_extend(self, end: float) -> None:
+        await self.op_lock(end, extend=True)
+
+    async def op_manual(self, end: float) -> None:
+        name = self.rng.choice(self.cfg.names)
+        lock = self.locks.lock(name, ttl=self._ttl(), auto_renew=False)
+        if not await lock.acquire(timeout=self._timeout()):
+            self.rec.count("timeout")
+            return
+        h = self._holding(
+            ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=False
+        )
+        try:
+            await self._body(lock, [h], self.rng.uniform(0.0, 1.5) * lock.ttl, extend=True)
+        finally:
+            with contextlib.suppress(LockNotOwned):
+                await lock.release()
+
+    async def op_reentrant(self, end: float) -> None:
+        name = self.rng.choice(self.cfg.names)
+        outer = self.locks.lock(name, ttl=self._ttl(), timeout=self._timeout(), reentrant=True)
+        async with outer:
+            h = self._holding(
+                ("lock", name), "x", outer, outer.fencing_token, outer.fencing_token, renewed=True
+            )
+            await self._body(outer, [h], self.rng.uniform(0.0, 0.5) * outer.ttl)
+            inner = self.locks.lock(name, ttl=outer.ttl, timeout=0, reentrant=True)
+            async with inner:
+                await self._body(inner, [h], self.rng.uniform(0.0, 0.5) * outer.ttl)
+            await self._body(outer, [h], self.rng.uniform(0.0, 0.5) * outer.ttl)
+
+    async def op_handover(self, end: float) -> None:
+        """Detach the lock and attach it again (as another task or process would)."""
+        name = self.rng.choice(self.cfg.names)
+        lock = self.locks.lock(name, ttl=self._ttl(), timeout=self._timeout())
+        if not await lock.acquire():
+            self.rec.count("timeout")
+            return
+        # (Acquired and attached without ``async with``: no body to cancel on a loss, so
+        # the checker's "told" rule does not apply; exclusion and fencing do.)
+        h = self._holding(
+            ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=False
+        )
+        try:
+            await self._body(lock, [h], self.rng.uniform(0.0, 0.5) * lock.ttl)
+        except BaseException:
+            with contextlib.suppress(LockError):
+                await lock.release()
+            raise
+        ticket = lock.detach()
+        self.rec.event(self.owner, "detached")
+        await asyncio.sleep(self.rng.uniform(0.0, 0.3) * lock.ttl)
+        again = await self.locks.attach(ticket)
+        self.rec.event(self.owner, f"attached token {again.fencing_token}")
+        try:
+            await self._body(again, [h], self.rng.uniform(0.0, 1.0) * again.ttl)
+        finally:
+            with contextlib.suppress(LockNotOwned):
+                await again.release()
+
+    async def op_sem(self, end: float) -> None:
+        name = "s-" + self.rng.choice(self.cfg.names)
+        sem = self.locks.semaphore(name, 2, ttl=self._ttl(), timeout=self._timeout())
+        async with sem:
+            h = self._holding(
+                ("sem", name, 2),
+                "s",
+                sem,
+                ("sem", self.owner, next(self.serial)),
+                sem.fencing_token,
+                renewed=True,
+            )
+            await self._body(sem, [h], self.rng.uniform(0.0, 1.5) * sem.ttl)
+
+    async def op_rw(self, end: float) -> None:
+        name = "rw-" + self.rng.choice(self.cfg.names)
+        rw = self.locks.rwlock(name, ttl=self._ttl(), timeout=self._timeout())
+        write = self.rng.random() < 0.5
+        handle = rw.write() if write else rw.read()
+        async with handle:
+            h = self._holding(
+                ("rw", name),
+                "w" if write else "r",
+                handle,
+                ("rw", self.owner, next(self.serial)),
+                handle.fencing_token,
+                renewed=True,
+            )
+            await self._body(handle, [h], self.rng.uniform(0.0, 1.5) * handle.ttl)
+
+    async def op_many(self, end: float) -> None:
+        names = sorted(set(self.rng.sample(("a", "b", "c"), 2)) | {self.rng.choice(self.cfg.names)})
+        many = self.locks.lock_many(names, ttl=self._ttl(), timeout=self._timeout())
+        async with many:
+            tokens = many.fencing_tokens or {}
+            holds = [
+                self._holding(("lock", n), "x", many, tokens.get(n), tokens.get(n), renewed=True)
+                for n in names
+            ]
+            await self._body(many, holds, self.rng.uniform(0.0, 1.5) * many.ttl)
+
+
+async def run_processes(world: World, cfg: Config, rec: Recorder, seed: int) -> None:
+    """Every process with its tasks, until the run's end; then the managers close."""
+    end = time.monotonic() + cfg.seconds
+
+    async def process(p: int) -> None:
+        current_process.set(p)
+
+        def on_event(event: LockEvent) -> None:
+            error = f" {event.error}" if event.error is not None else ""
+            rec.event(f"p{p}", f"event {event.kind} {event.name} {event.seconds:.4f}{error}")
+
+        async with LockManager(world.urls, node_timeout=NODE_TIMEOUT, on_event=on_event) as locks:
+            workers = [Worker(rec, locks, cfg, f"p{p}t{t}", seed) for t in range(cfg.tasks)]
+            async with asyncio.TaskGroup() as group:
+                for w in workers:
+                    group.create_task(w.run(end))
+
+    async with asyncio.TaskGroup() as group:
+        for p in range(cfg.processes):
+            group.create_task(process(p))

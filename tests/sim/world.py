@@ -1,0 +1,660 @@
+"""The simulated world: virtual time, a network of ordered connections, nodes, faults.
+
+The seam is the one every asyncio program already has: **the event loop**. The world's
+loop keeps virtual time (``loop.time()``, and ``time.monotonic``/``time.time`` while a
+run lasts) that jumps to the next timer when nothing is ready, and its
+``create_connection`` connects to a simulated node instead of a socket. So the library
+runs unchanged: redis-py parses the URL and does the handshake, aiolock takes the
+transport over, pipelines, times out, reconnects; a 30 s ttl costs microseconds.
+
+Each connection is two ordered pipes (as TCP): a message sent at ``t`` arrives at
+``max(t + latency, the previous message's arrival)``. The latency of every message is
+drawn from the world's random stream, so messages on *different* connections of one
+client overtake each other when a delay fault is on. Faults (see :class:`Fault`):
+delay, sever (with the commands in flight applied or not), pause, restart empty (with
+a new run_id or, as after a restore behind the quarantine's back, the same), pub/sub
+messages late or lost, and client stalls (the loop blocked: time passes, nothing runs).
+Node clocks drift: each node's clock runs at its own rate within the drift bound.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import heapq
+import os
+import random
+import secrets
+import selectors
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import hiredis
+
+from .server import Error, Status, Store, encode
+
+#: Which simulated process (manager) is running: set by the workload, read on connect.
+current_process: contextvars.ContextVar[int] = contextvars.ContextVar("sim_process", default=-1)
+
+#: The latency of a message on a healthy link: uniform in this range (seconds).
+BASE_LATENCY = (40e-6, 160e-6)
+#: Virtual time starts here (a monotonic clock is never near zero).
+EPOCH = 1000.0
+WALL_EPOCH = 1_790_000_000.0
+#: Messages a run may deliver (about 100 times a busy run's): then it is stopped as busy.
+MAX_DELIVERIES = 300_000
+#: Loop iterations a run may take, likewise.
+MAX_ITERATIONS = 1_000_000
+#: The virtual time one loop iteration with callbacks ready costs.
+ITERATION_COST = 5e-6
+
+
+class Deadlock(Exception):
+    """Nothing is scheduled and nothing can arrive: the run cannot go on."""
+
+
+class _Selector(selectors.BaseSelector):
+    """Never any I/O: a select with a timeout is the clock jumping to the next timer."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+        self._map: dict[Any, selectors.SelectorKey] = {}
+
+    def register(self, fileobj: Any, events: int, data: Any = None) -> selectors.SelectorKey:
+        key = selectors.SelectorKey(
+            fileobj, fileobj if isinstance(fileobj, int) else fileobj.fileno(), events, data
+        )
+        self._map[fileobj] = key
+        return key
+
+    def unregister(self, fileobj: Any) -> selectors.SelectorKey:
+        return self._map.pop(fileobj)
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        world = self._world
+        if timeout is None:
+            raise Deadlock("nothing scheduled")
+        world.iterations += 1
+        if timeout > 0:
+            world.now += timeout
+        else:
+            # Running code costs time: a loop that spins without awaiting a timer (a
+            # try-once acquire failing fast, again and again) still sees time pass.
+            world.now += ITERATION_COST
+        if world.iterations > world.max_iterations and not world.busy:
+            world.busy = True
+            world.trace(f"BUSY: {world.iterations} loop iterations, the run is stopped")
+            world.loop.stop()
+        return []
+
+    def get_map(self) -> Any:
+        return self._map
+
+    def close(self) -> None:
+        self._map.clear()
+
+
+class SimLoop(asyncio.SelectorEventLoop):
+    """An event loop on the world's virtual clock whose connections are simulated."""
+
+    def __init__(self, world: World) -> None:
+        self.world = world
+        super().__init__(_Selector(world))
+
+    def time(self) -> float:
+        return self.world.now
+
+    async def create_connection(  # type: ignore[override]
+        self,
+        protocol_factory: Callable[[], asyncio.BaseProtocol],
+        host: str | None = None,
+        port: int | None = None,
+        **_kwargs: Any,
+    ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
+        return await self.world.connect(protocol_factory, str(host), int(port or 6379))
+
+
+# -- the network -------------------------------------------------------------------------
+
+
+class Pipe:
+    """One direction of a connection: ordered, each message with its own latency."""
+
+    def __init__(self, world: World, arrive: Callable[[bytes], None]) -> None:
+        self.world = world
+        self.arrive = arrive
+        self.queue: deque[tuple[float, bytes]] = deque()
+        self.last = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+
+    def send(self, data: bytes, latency: float) -> None:
+        at = max(self.world.now + latency, self.last)
+        self.last = at
+        self.queue.append((at, data))
+        if self._timer is None:
+            self._schedule()
+
+    def _schedule(self) -> None:
+        at = self.queue[0][0]
+        self._timer = self.world.loop.call_at(at, self._deliver)
+
+    def _deliver(self) -> None:
+        self._timer = None
+        world = self.world
+        world.deliveries += 1
+        if world.deliveries > world.max_deliveries and not world.busy:
+            world.busy = True  # a run that does not end in reasonable work: stop it
+            world.trace(f"BUSY: {world.deliveries} messages delivered, the run is stopped")
+            world.loop.stop()
+        _at, data = self.queue.popleft()
+        if self.queue:
+            self._schedule()
+        self.arrive(data)
+
+    def cut(self) -> list[bytes]:
+        """Stop: return what was still in flight."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        left = [data for _at, data in self.queue]
+        self.queue.clear()
+        return left
+
+
+class ClientTransport(asyncio.Transport):
+    """The client's end of a simulated connection."""
+
+    def __init__(self, link: Link) -> None:
+        super().__init__()
+        self.link = link
+        self._protocol: Any = None
+        self._closing = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not self._closing and not self.link.dead:
+            self.link.from_client(bytes(data))
+
+    def writelines(self, lines: Any) -> None:
+        self.write(b"".join(lines))
+
+    def close(self) -> None:
+        if not self._closing:
+            self._closing = True
+            self.link.client_closed(graceful=True)
+
+    def abort(self) -> None:
+        if not self._closing:
+            self._closing = True
+            self.link.client_closed(graceful=False)
+
+    def is_closing(self) -> bool:
+        return self._closing
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        if name == "peername":
+            return (self.link.node.host, self.link.node.port)
+        return default
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._protocol = protocol
+
+    def get_protocol(self) -> asyncio.BaseProtocol:
+        return self._protocol  # type: ignore[no-any-return]
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+    def is_reading(self) -> bool:
+        return not self._closing
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+    def get_write_buffer_limits(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def can_write_eof(self) -> bool:
+        return False
+
+    def lost(self, exc: Exception | None) -> None:
+        """The connection ended (reset by the peer, or our own close)."""
+        self._closing = True
+        protocol = self._protocol
+        if protocol is not None:
+            self._protocol = None
+            protocol.connection_lost(exc)
+
+
+class Link:
+    """A connection between a process and a node: two pipes and the server's session."""
+
+    def __init__(self, world: World, node: SimNode, process: int, number: int) -> None:
+        self.world = world
+        self.node = node
+        self.process = process
+        self.number = number
+        self.name = f"p{process}>n{node.index}#{number}"
+        self.kind = "?"  # "commands" or "pubsub", from the first command
+        self.transport = ClientTransport(self)
+        self.up = Pipe(world, self._at_server)
+        self.down = Pipe(world, self._at_client)
+        self.reader = hiredis.Reader()
+        self.channels: set[tuple[bytes, bool]] = set()
+        self.dead = False
+        self._closed_by_client = False
+
+    # client -> node
+    def from_client(self, data: bytes) -> None:
+        self.up.send(data, self.world.latency(self, "up"))
+
+    def _at_server(self, data: bytes) -> None:
+        if data == b"":  # the client's FIN: the session ends once what came before ran
+            self.node.session_ended(self)
+            self._finish(None)
+            return
+        self.reader.feed(data)
+        while (command := self.reader.gets()) is not False:
+            if self.kind == "?":
+                head = command[0].upper()
+                self.kind = "pubsub" if head in (b"SUBSCRIBE", b"SSUBSCRIBE") else "commands"
+            self.node.receive(self, command)
+
+    # node -> client
+    def reply(self, data: bytes) -> None:
+        if not self.dead:
+            self.down.send(data, self.world.latency(self, "down"))
+
+    def push(self, data: bytes) -> None:
+        """A pub/sub message: may come late, or be lost, under a pub/sub fault."""
+        if self.dead:
+            return
+        fate = self.world.pubsub_fate(self)
+        if fate is None:
+            return
+        self.down.send(data, fate)
+
+    def _at_client(self, data: bytes) -> None:
+        protocol = self.transport.get_protocol()
+        if protocol is not None and not self.dead:
+            protocol.data_received(data)  # type: ignore[attr-defined]
+
+    # ends
+    def client_closed(self, *, graceful: bool) -> None:
+        if graceful:
+            self.up.send(b"", self.world.latency(self, "up"))  # FIN after the data
+            return
+        # RST: what already left arrives first, in order; the rest of the buffer may not
+        # (the world decides how much of what is in flight still reaches the node).
+        self.sever(apply=self.world.rng.random() < 0.5, tell=True)
+
+    def sever(self, *, apply: bool, tell: bool = True) -> None:
+        """Reset: in-flight commands run (``apply``) or vanish; the client hears of it."""
+        if self.dead:
+            return
+        self.dead = True
+        in_flight = self.up.cut()
+        self.down.cut()
+        if apply:
+            for data in in_flight:
+                if data:
+                    self.reader.feed(data)
+            while (command := self.reader.gets()) is not False:
+                self.node.receive(self, command)
+        self.node.session_ended(self)
+        self.world.trace(
+            f"link {self.name} reset, in flight {len(in_flight)} {'applied' if apply else 'lost'}"
+        )
+        if tell:
+            self.world.loop.call_at(
+                self.world.now + self.world.latency(self, "down"),
+                self.transport.lost,
+                ConnectionResetError("reset by the simulated network"),
+            )
+
+    def _finish(self, exc: Exception | None) -> None:
+        self.dead = True
+        self.up.cut()
+        self.down.cut()
+        self.world.loop.call_soon(self.transport.lost, exc)
+
+
+# -- nodes -------------------------------------------------------------------------------
+
+
+class SimNode:
+    """A Redis node: a store, an identity, a clock that may drift, and its sessions."""
+
+    def __init__(self, world: World, index: int, rate: float) -> None:
+        self.world = world
+        self.index = index
+        self.host, self.port = f"10.0.0.{index + 1}", 6379
+        self.url = f"redis://{self.host}:{self.port}"
+        self.rate = rate
+        self.store = Store(self.clock_ms, self.publish)
+        self.started = world.now - 3600.0  # up for an hour when the run begins
+        self.run_id = self._new_run_id()
+        self.sessions: list[Link] = []
+        self.paused_until = 0.0
+        self.backlog: deque[tuple[Link, list[bytes]]] = deque()
+        self.down_until = 0.0
+        self.executed = 0
+
+    def _new_run_id(self) -> bytes:
+        return b"%040x" % self.world.rng.getrandbits(160)
+
+    def clock_ms(self) -> float:
+        return (EPOCH + (self.world.now - EPOCH) * self.rate) * 1000.0
+
+    def receive(self, link: Link, command: list[bytes]) -> None:
+        if self.world.now < self.paused_until or self.backlog:
+            self.backlog.append((link, command))
+            return
+        self._execute(link, command)
+
+    def _execute(self, link: Link, command: list[bytes]) -> None:
+        self.executed += 1
+        reply = self._session_command(link, command)
+        if reply is not _NO_REPLY:
+            link.reply(encode(reply))
+
+    def _session_command(self, link: Link, c: list[bytes]) -> Any:
+        name = c[0].upper()
+        if name == b"INFO":
+            uptime = int((self.world.now - self.started) * self.rate)
+            return b"# Server\r\nredis_version:7.2.4\r\nrun_id:%s\r\nuptime_in_seconds:%d\r\n" % (
+                self.run_id,
+                uptime,
+            )
+        if name in (b"CLIENT", b"SELECT", b"AUTH"):
+            return Status(b"OK")
+        if name in (b"SUBSCRIBE", b"SSUBSCRIBE"):
+            sharded = name == b"SSUBSCRIBE"
+            out = b""
+            for channel in c[1:]:
+                link.channels.add((channel, sharded))
+                kind = b"ssubscribe" if sharded else b"subscribe"
+                out += encode([kind, channel, len(link.channels)])
+            link.reply(out)
+            return _NO_REPLY
+        if name in (b"UNSUBSCRIBE", b"SUNSUBSCRIBE"):
+            sharded = name == b"SUNSUBSCRIBE"
+            out = b""
+            for channel in c[1:]:
+                link.channels.discard((channel, sharded))
+                kind = b"sunsubscribe" if sharded else b"unsubscribe"
+                out += encode([kind, channel, len(link.channels)])
+            link.reply(out)
+            return _NO_REPLY
+        if name == b"PING" and link.channels:
+            return [b"pong", b""]
+        return self.store.execute(c)
+
+    def publish(self, channel: bytes, message: bytes, sharded: bool) -> int:
+        count = 0
+        kind = b"smessage" if sharded else b"message"
+        for link in self.sessions:
+            if (channel, sharded) in link.channels:
+                link.push(encode([kind, channel, message]))
+                count += 1
+        return count
+
+    def session_started(self, link: Link) -> None:
+        self.sessions.append(link)
+
+    def session_ended(self, link: Link) -> None:
+        if link in self.sessions:
+            self.sessions.remove(link)
+
+    def pause(self, seconds: float) -> None:
+        self.paused_until = max(self.paused_until, self.world.now + seconds)
+        self.world.loop.call_at(self.paused_until, self._resume)
+
+    def _resume(self) -> None:
+        if self.world.now < self.paused_until:
+            return
+        while self.backlog and self.world.now >= self.paused_until:
+            # (A link reset meanwhile: its commands had reached the node; they run, the
+            # later of the two outcomes a real server may give.)
+            link, command = self.backlog.popleft()
+            self._execute(link, command)
+
+    def restart(self, down: float, new_run_id: bool) -> None:
+        """Crash and come back empty after ``down`` seconds (no persistence)."""
+        for link in list(self.sessions):
+            link.sever(apply=False)
+        self.backlog.clear()
+        self.paused_until = 0.0
+        self.store.flush()
+        self.down_until = self.world.now + down
+        self.started = self.down_until
+        if new_run_id:
+            self.run_id = self._new_run_id()
+
+
+_NO_REPLY: Any = object()
+
+
+# -- faults ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault of a schedule: at ``at`` (virtual seconds after the start), ``kind``."""
+
+    at: float
+    kind: str  # delay, sever, pause, restart, pubsub, stall
+    node: int = 0
+    process: int = -1  # -1: every process
+    seconds: float = 0.0  # how long it lasts
+    scale: float = 0.0  # delay: the mean extra latency; pubsub: chance of loss
+    flag: bool = False  # sever: in-flight applied; restart: new run_id; delay: one link
+
+    def __str__(self) -> str:
+        extra = {
+            "delay": f"n{self.node} p{self.process} {'one link' if self.flag else 'all links'} "
+            f"{self.seconds:.3f}s mean +{self.scale * 1000:.1f}ms",
+            "sever": f"n{self.node} p{self.process} {'applied' if self.flag else 'lost'}",
+            "pause": f"n{self.node} {self.seconds:.3f}s",
+            "restart": f"n{self.node} down {self.seconds:.3f}s "
+            f"{'new' if self.flag else 'same'} run_id",
+            "pubsub": f"n{self.node} p{self.process} {self.seconds:.3f}s loss {self.scale:.2f}",
+            "stall": f"{self.seconds:.3f}s",
+        }[self.kind]
+        return f"{self.at:8.4f} {self.kind} {extra}"
+
+
+@dataclass
+class World:
+    """Nodes, links, the clock, the random streams and the faults of one run."""
+
+    seed: int
+    nodes_count: int
+    drift: float  # the clocks' rates lie within 1 ± drift
+    faults: list[Fault]
+    now: float = EPOCH
+    history: list[str] = field(default_factory=list)
+    nodes: list[SimNode] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(f"net-{self.seed}")
+        self.loop = SimLoop(self)
+        self.nodes = [
+            SimNode(self, i, 1.0 + self.rng.uniform(-self.drift, self.drift))
+            for i in range(self.nodes_count)
+        ]
+        self._by_address = {(n.host, n.port): n for n in self.nodes}
+        self._links = 0
+        #: Messages delivered so far, and how many a run may deliver before it is stopped
+        #: as busy (a livelock spins without end in virtual time; reported, not a failure).
+        self.deliveries = 0
+        self.max_deliveries = MAX_DELIVERIES
+        self.iterations = 0
+        self.max_iterations = MAX_ITERATIONS
+        self.busy = False
+        self.links: list[Link] = []
+        self._delays: list[tuple[Fault, Link | None]] = []
+        self._pubsub: list[Fault] = []
+        #: When the loop was blocked (start, end), as it happened (a stall can push the
+        #: faults planned during it later).
+        self.stalls: list[tuple[float, float]] = []
+
+    @property
+    def urls(self) -> list[str]:
+        return [n.url for n in self.nodes]
+
+    def elapsed(self) -> float:
+        return self.now - EPOCH
+
+    def trace(self, line: str) -> None:
+        self.history.append(f"{self.elapsed():10.6f} {line}")
+
+    # -- the network -----------------------------------------------------------------
+
+    async def connect(
+        self, protocol_factory: Callable[[], asyncio.BaseProtocol], host: str, port: int
+    ) -> tuple[asyncio.Transport, asyncio.BaseProtocol]:
+        node = self._by_address.get((host, port))
+        process = current_process.get()
+        await asyncio.sleep(2 * self.rng.uniform(*BASE_LATENCY))
+        if node is None or self.now < node.down_until:
+            raise ConnectionRefusedError(f"{host}:{port}: connection refused (simulated)")
+        self._links += 1
+        link = Link(self, node, process, self._links)
+        self.links.append(link)
+        node.session_started(link)
+        protocol = protocol_factory()
+        link.transport.set_protocol(protocol)
+        protocol.connection_made(link.transport)
+        return link.transport, protocol
+
+    def latency(self, link: Link, direction: str) -> float:
+        latency = self.rng.uniform(*BASE_LATENCY)
+        for fault, only in self._delays:
+            if only is link or (
+                only is None
+                and fault.node == link.node.index
+                and fault.process in (-1, link.process)
+            ):
+                latency += self.rng.expovariate(1.0 / fault.scale)
+        return latency
+
+    def pubsub_fate(self, link: Link) -> float | None:
+        """The latency of a pub/sub message, ``None`` when it is lost."""
+        latency = self.rng.uniform(*BASE_LATENCY)
+        for fault in self._pubsub:
+            if fault.node == link.node.index and fault.process in (-1, link.process):
+                if self.rng.random() < fault.scale:
+                    return None
+                latency += self.rng.expovariate(1.0 / 0.05)
+        return latency
+
+    # -- faults ----------------------------------------------------------------------
+
+    def arm(self) -> None:
+        """Schedule every fault of the run."""
+        for fault in self.faults:
+            self.loop.call_at(EPOCH + fault.at, self._apply, fault)
+
+    def _apply(self, fault: Fault) -> None:
+        self.trace(f"fault {fault}")
+        kind = fault.kind
+        node = self.nodes[fault.node] if fault.node < len(self.nodes) else self.nodes[0]
+        if kind == "delay":
+            # One connection of the process to the node (flag), or all of them.
+            only = None
+            if fault.flag:
+                links = [link for link in node.sessions if fault.process in (-1, link.process)]
+                if not links:
+                    return
+                only = self.rng.choice(links)
+                self.trace(f"delay on {only.name} ({only.kind})")
+            entry = (fault, only)
+            self._delays.append(entry)
+            self.loop.call_at(self.now + fault.seconds, self._delays.remove, entry)
+        elif kind == "pubsub":
+            self._pubsub.append(fault)
+            self.loop.call_at(self.now + fault.seconds, self._pubsub.remove, fault)
+        elif kind == "sever":
+            for link in list(node.sessions):
+                if fault.process in (-1, link.process):
+                    link.sever(apply=fault.flag)
+                    break
+        elif kind == "pause":
+            node.pause(fault.seconds)
+        elif kind == "restart":
+            node.restart(fault.seconds, fault.flag)
+        elif kind == "stall":
+            self.stalls.append((self.now, self.now + fault.seconds))
+            self.now += fault.seconds  # the loop is blocked: time passes, nothing runs
+        else:  # pragma: no cover - a fault kind without its code
+            raise ValueError(kind)
+
+
+# -- determinism -------------------------------------------------------------------------
+
+
+@contextmanager
+def virtual_process(world: World, seed: int) -> Iterator[None]:
+    """Make the process's clocks and randomness the world's for the run's duration.
+
+    ``time.monotonic``/``time.time`` read the virtual clock; the ``random`` module, the
+    ``secrets`` tokens and ``os.urandom`` draw from the run's seed. Restored after.
+    """
+    saved = (
+        time.monotonic,
+        time.time,
+        time.time_ns,
+        time.monotonic_ns,
+        os.urandom,
+        secrets.token_bytes,
+        random.getstate(),
+    )
+    rng = random.Random(f"lib-{seed}")
+
+    def urandom(n: int) -> bytes:
+        return rng.randbytes(n)
+
+    def token_bytes(n: int | None = None) -> bytes:
+        return rng.randbytes(32 if n is None else n)
+
+    time.monotonic = lambda: world.now  # type: ignore[assignment]
+    time.monotonic_ns = lambda: int(world.now * 1e9)  # type: ignore[assignment]
+    time.time = lambda: WALL_EPOCH + world.now  # type: ignore[assignment]
+    time.time_ns = lambda: int((WALL_EPOCH + world.now) * 1e9)  # type: ignore[assignment]
+    os.urandom = urandom  # type: ignore[assignment]
+    secrets.token_bytes = token_bytes  # type: ignore[assignment]
+    random.seed(f"lib-random-{seed}")
+    try:
+        yield
+    finally:
+        (
+            time.monotonic,
+            time.time,
+            time.time_ns,
+            time.monotonic_ns,
+            os.urandom,
+            secrets.token_bytes,
+        ) = saved[:6]
+        random.setstate(saved[6])
+
+
+__all__ = [
+    "Deadlock",
+    "Error",
+    "Fault",
+    "SimLoop",
+    "World",
+    "current_process",
+    "heapq",
+    "virtual_process",
+]

@@ -1,0 +1,186 @@
+"""The deterministic simulation (tests/sim): its store against a real server, its
+determinism, and a budget of schedules searched on every run of the suite.
+
+The simulation adds schedules; it replaces no test on real servers (docs/project/testing.md).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as redis
+
+from aiolock._handle_scripts import RW_READ_SCRIPT, RW_RELEASE_SCRIPT
+from aiolock._scripts import ACQUIRE_SCRIPT, EXTEND_SCRIPT, RELEASE_SCRIPT
+from aiolock._turn_scripts import TURN_SCRIPTS
+from tests.conftest import Servers
+
+pytest.importorskip("lupa")
+
+from tests.sim.server import Error, Status, Store
+
+ROOT = Path(__file__).resolve().parent.parent
+#: How many schedules every run of the suite searches (``nox -s sim`` searches on).
+BUDGET = int(os.environ.get("AIOLOCK_SIM_SCHEDULES", "2000"))
+
+
+def _normal(reply: Any) -> Any:
+    """A reply as both sides can be compared: status and bytes alike, errors by class."""
+    if isinstance(reply, Status):
+        return bytes(reply)
+    if isinstance(reply, Error | redis.ResponseError):
+        text = reply.message if isinstance(reply, Error) else str(reply)
+        return ("error", text.split()[0])
+    if isinstance(reply, list):
+        return [_normal(r) for r in reply]
+    return reply
+
+
+def _commands() -> list[tuple[bytes, ...]]:
+    """What the store must answer as a server does: commands, then our scripts."""
+    k, z, s = b"sim:{k}", b"sim:{k}:z", b"sim:{k}:s"
+    f = b"sim:{k}:fence"
+    floor = b"%d" % (int(time.time() * 1_000_000))
+    scripts: list[tuple[bytes, ...]] = []
+    for script, args in (
+        (ACQUIRE_SCRIPT, (b"2", k, f, b"t1", b"5000", b"60000", floor)),
+        (ACQUIRE_SCRIPT, (b"2", k, f, b"t2", b"5000", b"60000", floor)),
+        (EXTEND_SCRIPT, (b"1", k, b"t1", b"7000")),
+        (EXTEND_SCRIPT, (b"1", k, b"t2", b"7000")),
+        (RELEASE_SCRIPT, (b"1", k, b"t2")),
+        (RELEASE_SCRIPT, (b"1", k, b"t1")),
+        (ACQUIRE_SCRIPT, (b"2", k, f, b"t3", b"5000", b"60000", floor)),
+    ):
+        scripts.append((b"EVAL", script.source, *args))
+    rw = b"sim:{rw}:rw"
+    scripts += [
+        (
+            b"EVAL",
+            RW_READ_SCRIPT.source,
+            b"5",
+            rw + b":r:1",
+            rw + b":fence",
+            rw + b":w",
+            rw + b":i",
+            rw + b":r",
+            b"r1",
+            b"4000",
+            b"60000",
+            floor,
+            b"1",
+        ),
+        (
+            b"EVAL",
+            RW_RELEASE_SCRIPT.source,
+            b"2",
+            rw + b":r:1",
+            rw + b":r",
+            b"r1",
+            b"1",
+            rw + b":released",
+        ),
+        (b"SCRIPT", b"LOAD", TURN_SCRIPTS[0].source),
+    ]
+    return [
+        (b"SET", k, b"v", b"NX", b"PX", b"10000"),
+        (b"SET", k, b"w", b"NX", b"PX", b"10000"),
+        (b"SET", k, b"x", b"PX", b"10000", b"GET"),
+        (b"GET", k),
+        (b"PEXPIRE", k, b"20000"),
+        (b"TYPE", k),
+        (b"EXISTS", k, b"sim:{k}:none"),
+        (b"DEL", k, b"sim:{k}:none"),
+        (b"PTTL", k),
+        (b"SET", k, b"v"),
+        (b"PTTL", k),
+        (b"SET", k, b"v", b"PX", b"0"),
+        (b"ZADD", z, b"NX", b"10", b"a", b"5", b"b", b"7.5", b"c"),
+        (b"ZADD", z, b"NX", b"1", b"a"),
+        (b"ZCARD", z),
+        (b"ZRANGE", z, b"0", b"-1"),
+        (b"ZRANGE", z, b"0", b"0", b"WITHSCORES"),
+        (b"ZRANGEBYSCORE", z, b"(5", b"+inf", b"WITHSCORES", b"LIMIT", b"0", b"1"),
+        (b"ZRANGEBYSCORE", z, b"-inf", b"7.5", b"LIMIT", b"0", b"8"),
+        (b"ZREM", z, b"a", b"zz"),
+        (b"TYPE", z),
+        (b"GET", z),
+        (b"SADD", s, b"x", b"y"),
+        (b"SMEMBERS", s),
+        (b"SREM", s, b"x", b"y"),
+        (b"EXISTS", s),
+        (b"DEL", k, z, s, f),
+        *scripts,
+        (b"EVALSHA", b"0" * 40, b"0"),
+    ]
+
+
+async def test_the_simulated_store_answers_as_a_real_server(servers: Servers) -> None:
+    client = redis.Redis.from_url(servers[0])
+    store = Store(lambda: time.time() * 1000.0, lambda channel, message, sharded: 0)
+    try:
+        await client.delete("sim:{k}", "sim:{k}:z", "sim:{k}:s", "sim:{k}:fence")
+        for command in _commands():
+            try:
+                real: Any = await client.execute_command(*command)
+            except redis.ResponseError as exc:
+                real = exc
+            simulated = store.execute(list(command))
+            if command[0] == b"PTTL" and isinstance(real, int) and real > 0:
+                assert isinstance(simulated, int)
+                assert abs(simulated - real) < 2000, command
+                continue
+            assert _normal(simulated) == _normal(real), command
+    finally:
+        await client.delete("sim:{k}", "sim:{k}:z", "sim:{k}:s", "sim:{k}:fence")
+        await client.aclose()
+
+
+def _replay(seed: int) -> str:
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.sim", "replay", str(seed), "--around", "0"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert out.returncode in (0, 1), out.stderr[-2000:]
+    return out.stdout
+
+
+def test_the_same_seed_gives_the_same_history_byte_for_byte() -> None:
+    seed = 7  # restarts, a pause, a delay and a loss: a busy schedule
+    first, second = _replay(seed), _replay(seed)
+    assert "digest" in first
+    assert first == second
+
+
+def test_a_budget_of_schedules_keeps_every_rule() -> None:
+    """At least 2,000 schedules (``AIOLOCK_SIM_SCHEDULES``): the search must find nothing."""
+    first = int(os.environ.get("AIOLOCK_SIM_FIRST", "1"))
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tests.sim",
+            "search",
+            "--first",
+            str(first),
+            "--count",
+            str(BUDGET),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=1200,
+    )
+    print(out.stdout)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert f"{BUDGET} schedules" in out.stdout
