@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -48,8 +49,27 @@ def _show(result: Result, around: int) -> None:
         print("VIOLATION", problem)
 
 
+class _Runaway(Exception):
+    pass
+
+
+def _alarm(_signum: int, _frame: object) -> None:
+    raise _Runaway
+
+
+#: Real seconds a schedule may take before the search reports it (normal: under 3 s).
+RUNAWAY_SECONDS = 60
+
+
 def _one(seed: int) -> tuple[int, bool, int, list[str], bool]:
-    result = run(seed)
+    signal.signal(signal.SIGALRM, _alarm)
+    signal.alarm(RUNAWAY_SECONDS)
+    try:
+        result = run(seed)
+    except _Runaway:  # neither busy nor stopped: replay it to see why
+        return seed, True, 0, [f"runaway: over {RUNAWAY_SECONDS} s of real time"], False
+    finally:
+        signal.alarm(0)
     return seed, result.failed, result.holdings, result.violations, result.busy
 
 

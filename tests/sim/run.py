@@ -31,7 +31,7 @@ def make_faults(seed: int, cfg: Config) -> list[Fault]:
     """The faults of a schedule, in time order."""
     rng = random.Random(f"faults-{seed}")
     count = rng.choice((0, 2, 4, 8, 12, 16))
-    kinds = ("delay", "delay", "delay", "sever", "pause", "restart", "pubsub", "stall")
+    kinds = ("delay", "delay", "slow", "sever", "pause", "restart", "pubsub", "stall")
     faults = []
     for _ in range(count):
         kind = rng.choice(kinds)
@@ -47,6 +47,16 @@ def make_faults(seed: int, cfg: Config) -> list[Fault]:
                 seconds=rng.uniform(0.05, 2.0),
                 scale=rng.choice((0.002, 0.02, 0.1, 0.5)),
                 flag=rng.random() < 0.5,
+            )
+        elif kind == "slow":
+            fault = Fault(
+                at,
+                kind,
+                -1,
+                rng.randrange(cfg.processes),
+                seconds=rng.uniform(0.05, 2.0),
+                scale=rng.choice((0.02, 0.1, 0.5)),
+                rank=rng.randrange(2),
             )
         elif kind == "sever":
             fault = Fault(at, kind, node, process, flag=rng.random() < 0.5)

@@ -458,10 +458,13 @@ class Fault:
     seconds: float = 0.0  # how long it lasts
     scale: float = 0.0  # delay: the mean extra latency; pubsub: chance of loss
     flag: bool = False  # sever: in-flight applied; restart: new run_id; delay: one link
+    rank: int = 0  # slow: which of the process's command connections (by age)
 
     def __str__(self) -> str:
         extra = {
             "delay": f"n{self.node} p{self.process} {'one link' if self.flag else 'all links'} "
+            f"{self.seconds:.3f}s mean +{self.scale * 1000:.1f}ms",
+            "slow": f"p{self.process} command link {self.rank} on a majority "
             f"{self.seconds:.3f}s mean +{self.scale * 1000:.1f}ms",
             "sever": f"n{self.node} p{self.process} {'applied' if self.flag else 'lost'}",
             "pause": f"n{self.node} {self.seconds:.3f}s",
@@ -502,7 +505,7 @@ class World:
         self.max_iterations = MAX_ITERATIONS
         self.busy = False
         self.links: list[Link] = []
-        self._delays: list[tuple[Fault, Link | None]] = []
+        self._delays: list[tuple[Fault, set[Link] | None]] = []
         self._pubsub: list[Fault] = []
         #: When the loop was blocked (start, end), as it happened (a stall can push the
         #: faults planned during it later).
@@ -540,10 +543,10 @@ class World:
     def latency(self, link: Link, direction: str) -> float:
         latency = self.rng.uniform(*BASE_LATENCY)
         for fault, only in self._delays:
-            if only is link or (
-                only is None
-                and fault.node == link.node.index
-                and fault.process in (-1, link.process)
+            if (
+                (link in only)
+                if only is not None
+                else (fault.node == link.node.index and fault.process in (-1, link.process))
             ):
                 latency += self.rng.expovariate(1.0 / fault.scale)
         return latency
@@ -569,15 +572,28 @@ class World:
         self.trace(f"fault {fault}")
         kind = fault.kind
         node = self.nodes[fault.node] if fault.node < len(self.nodes) else self.nodes[0]
-        if kind == "delay":
-            # One connection of the process to the node (flag), or all of them.
-            only = None
-            if fault.flag:
+        if kind in ("delay", "slow"):
+            # delay: one connection of the process to the node (flag), or all of them;
+            # slow: the process's rank-th command connection on a majority of the nodes
+            # (one connection of a client slow, the others not: what reorders a client's
+            # commands across its connections).
+            only: set[Link] | None = None
+            if kind == "slow":
+                chosen = self.rng.sample(self.nodes, len(self.nodes) // 2 + 1)
+                only = set()
+                for target in chosen:
+                    links = [
+                        link
+                        for link in target.sessions
+                        if link.process == fault.process and link.kind == "commands"
+                    ]
+                    if len(links) > fault.rank:
+                        only.add(links[fault.rank])
+            elif fault.flag:
                 links = [link for link in node.sessions if fault.process in (-1, link.process)]
-                if not links:
-                    return
-                only = self.rng.choice(links)
-                self.trace(f"delay on {only.name} ({only.kind})")
+                only = {self.rng.choice(links)} if links else set()
+            if only is not None:
+                self.trace(f"delay on {', '.join(sorted(link.name for link in only))}")
             entry = (fault, only)
             self._delays.append(entry)
             self.loop.call_at(self.now + fault.seconds, self._delays.remove, entry)
