@@ -22,7 +22,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from lupa import lua51
+from lupa import lua51  # type: ignore[import-untyped]
 
 Reply = Any  # bytes | int | None | list | Status | Error
 

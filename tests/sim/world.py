@@ -640,15 +640,15 @@ def virtual_process(world: World, seed: int) -> Iterator[None]:
     def urandom(n: int) -> bytes:
         return rng.randbytes(n)
 
-    def token_bytes(n: int | None = None) -> bytes:
-        return rng.randbytes(32 if n is None else n)
+    def token_bytes(nbytes: int | None = None) -> bytes:
+        return rng.randbytes(32 if nbytes is None else nbytes)
 
-    time.monotonic = lambda: world.now  # type: ignore[assignment]
-    time.monotonic_ns = lambda: int(world.now * 1e9)  # type: ignore[assignment]
-    time.time = lambda: WALL_EPOCH + world.now  # type: ignore[assignment]
-    time.time_ns = lambda: int((WALL_EPOCH + world.now) * 1e9)  # type: ignore[assignment]
-    os.urandom = urandom  # type: ignore[assignment]
-    secrets.token_bytes = token_bytes  # type: ignore[assignment]
+    time.monotonic = lambda: world.now
+    time.monotonic_ns = lambda: int(world.now * 1e9)
+    time.time = lambda: WALL_EPOCH + world.now
+    time.time_ns = lambda: int((WALL_EPOCH + world.now) * 1e9)
+    os.urandom = urandom
+    secrets.token_bytes = token_bytes
     random.seed(f"lib-random-{seed}")
     try:
         yield
