@@ -174,6 +174,8 @@ end
 local left = redis.call('pttl', KEYS[1])
 if left < 0 then left = tonumber(ARGV[2]) end
 redis.call('zadd', KEYS[3], string.format('%.0f', now + left), ARGV[5])
+-- (N may have been written anew above, once expired or lost: never without a ttl.)
+redis.call('pexpire', KEYS[3], ARGV[3])
 local limit = tonumber(ARGV[6])
 local c = tonumber(ARGV[5])
 local free = {}

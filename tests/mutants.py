@@ -558,6 +558,17 @@ MUTANTS = [
         "            if False:\n",
         ("tests/test_reentrancy.py",),
     ),
+    Mutant(
+        "a failed semaphore try writes the index without a ttl",
+        "aiolock/_handle_scripts.py",
+        "-- (N may have been written anew above, once expired or lost: never without a ttl.)\n"
+        "redis.call('pexpire', KEYS[3], ARGV[3])\n",
+        "",
+        (
+            "tests/test_primitives.py::"
+            "test_a_failed_semaphore_try_never_leaves_its_index_without_a_ttl",
+        ),
+    ),
 ]
 
 

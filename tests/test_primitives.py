@@ -45,6 +45,23 @@ async def test_semaphore_waiter_is_woken_by_a_release(locks: LockManager, name: 
     assert time.monotonic() - started < 1.0
 
 
+async def test_a_failed_semaphore_try_never_leaves_its_index_without_a_ttl(
+    locks: LockManager, clients: list[redis.Redis], name: str
+) -> None:
+    """Found by the simulation (seed 41): the index of noted slots, gone (it expired, or a
+    node restarted empty) while a slot is held, was written again by a failed try with
+    no ttl, and kept forever."""
+    index = key(name) + ":slots"
+    holder = locks.semaphore(name, 1, ttl=5)
+    assert await holder.acquire()
+    for client in clients:
+        await client.delete(index)
+    assert not await locks.semaphore(name, 1, ttl=5).acquire(timeout=0)
+    ttls = [await client.pttl(index) for client in clients]
+    assert all(ttl > 0 for ttl in ttls), ttls
+    await holder.release()
+
+
 async def test_semaphore_timeout_and_async_with(locks: LockManager, name: str) -> None:
     async with locks.semaphore(name, 1, ttl=5) as sem:
         assert sem.owned

@@ -150,6 +150,9 @@ class Worker:
                 self.rec.crashes.append(f"{self.owner}: {op}: {exc!r}\n{traceback.format_exc()}")
                 self.rec.event(self.owner, f"CRASH {op}: {exc!r}")
                 return
+            # A worker does something between two operations (never a spin: a try-once
+            # acquire that fails at once, again and again, would stop virtual time).
+            await asyncio.sleep(self.rng.uniform(0.0005, 0.005))
 
     # -- helpers -----------------------------------------------------------------------
 
