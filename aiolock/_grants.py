@@ -18,6 +18,10 @@ message, where it took a release, a message and an attempt. The rules:
   lost on the way, or fencing tokens that differ cost an attempt, as before, never a
   wrong outcome. The head tries :data:`GRANT_WAIT` after a first grant when the rest
   does not come, and at once after its own attempt, if a grant came meanwhile.
+* **A grant the head's own clean-up may have deleted never counts**: when the head's
+  attempt (same token) fails, it releases the token on the nodes that may hold it,
+  grants included; those nodes' grants, heard before or after (pub/sub is another
+  connection), no longer count for the offer (issue 32).
 * **A grant nobody can take is given back** on every node (and everyone may try):
   its head left, or was passed the lock by its own process meanwhile. A grant no
   process receives (it is gone) is undone by the node itself.
@@ -59,13 +63,18 @@ _TAKEN_KEPT: Final = 1024
 
 
 class _Heard:
-    """The grants of one token heard so far: node -> (fencing token, offer sent at)."""
+    """The grants of one token heard so far: node -> (fencing token, offer sent at).
 
-    __slots__ = ("nodes", "timer")
+    ``undone``: the nodes where the head's own failed attempt released the token; their
+    grants never count for it again (see :meth:`Grants.undone`).
+    """
+
+    __slots__ = ("nodes", "timer", "undone")
 
     def __init__(self) -> None:
         self.nodes: dict[int, tuple[int, float]] = {}
         self.timer: asyncio.TimerHandle | None = None
+        self.undone: set[int] = set()
 
 
 class Grants:
@@ -118,6 +127,12 @@ class Grants:
         heard = self._heard.get(token)
         if heard is None:
             heard = self._heard[token] = _Heard()
+        if node in heard.undone:
+            # Its grant may be one the head's own clean-up deleted since (this message
+            # and that release went on different connections): not counted; the head's
+            # next attempt, with the same token, asks the node again.
+            wake()
+            return
         heard.nodes[node] = (fence, sent_at)
         if head.busy or head.claimed:
             wake()  # after its own attempt, which counts this grant, if it failed
@@ -156,6 +171,25 @@ class Grants:
             self._drop(token)
         elif self._drop(token):
             give_back(self._quorum, key, token)  # granted somewhere, taken nowhere
+
+    def undone(self, token: bytes, nodes: list[int]) -> None:
+        """The head's own attempt with ``token`` failed and released it on ``nodes``.
+
+        A grant of ``token`` those nodes made before is deleted by that release, and one
+        heard from them from now on may be such a grant, come late: none of these nodes
+        counts for the offer any more (issue 32: counted, they made a quorum of grants
+        the nodes no longer held). Costs at most an attempt, never a holder.
+        """
+        heard = self._heard.get(token)
+        if heard is None:
+            heard = self._heard[token] = _Heard()  # (its leaving then gives back late grants)
+        heard.undone.update(nodes)
+        for node in nodes:
+            heard.nodes.pop(node, None)
+        # The grants still to come start the wait for the rest again.
+        if heard.timer is not None:
+            heard.timer.cancel()
+            heard.timer = None
 
     def let_go(self, token: bytes) -> None:
         """A lock held with ``token`` is being released, passed on, detached or dropped."""

@@ -274,6 +274,17 @@ class Waiting:
                     if result is None:
                         queue.wake.clear()
                         result = await self._attempt(attempt, offer)
+                        if (
+                            result.expires_at is None
+                            and offer is not None
+                            and self._grants is not None
+                            and isinstance(result, Attempt)
+                        ):
+                            # Its clean-up released the offer's token where it may be
+                            # held: grants there are undone.
+                            verdicts = result.votes.verdicts
+                            undone = [i for i, v in enumerate(verdicts) if v is not False]
+                            self._grants.undone(offer.token, undone)
                     if result.expires_at is not None:
                         # (A lease's votes are no node's: its offer was taken nowhere.)
                         won = None

@@ -569,6 +569,16 @@ MUTANTS = [
             "test_a_failed_semaphore_try_never_leaves_its_index_without_a_ttl",
         ),
     ),
+    Mutant(
+        "grants undone by the head's own failed attempt still count",
+        "aiolock/_grants.py",
+        "        if node in heard.undone:\n",
+        "        if False:\n",
+        (
+            "tests/test_late.py::test_grants_undone_by_the_heads_own_failed_attempt_never_count",
+            "tests/test_grants.py::test_grants_from_nodes_the_heads_own_clean_up_released_never_count",
+        ),
+    ),
 ]
 
 

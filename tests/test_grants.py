@@ -358,6 +358,28 @@ async def test_a_quorum_of_equal_grants_is_delivered_and_late_ones_follow_the_ho
     assert len(quorum.nodes[1].calls) == 0
 
 
+async def test_grants_from_nodes_the_heads_own_clean_up_released_never_count() -> None:
+    """Issue 32 (found by the simulation): the head's own failed attempt, with the
+    offer's token, released it on nodes 0 and 1, grants included. Their grants, heard
+    before or (pub/sub being another connection) after, never count again."""
+    sent = time.monotonic()
+    grants = Grants(_Quorum())  # type: ignore[arg-type]
+    head = Taker(b"t", 10.0)
+    woken: list[int] = []
+    for node in (0, 1):
+        grants.heard(node, b"k", (b"t", 10.0, sent), 42, head=head, wake=lambda: woken.append(1))
+    grants.undone(b"t", [0, 1])
+    # Node 1's grant message, late: the grant it announces was deleted meanwhile.
+    grants.heard(1, b"k", (b"t", 10.0, sent), 42, head=head, wake=lambda: woken.append(1))
+    grants.heard(2, b"k", (b"t", 10.0, sent), 42, head=head, wake=lambda: woken.append(1))
+    grants.heard(3, b"k", (b"t", 10.0, sent), 42, head=head, wake=lambda: woken.append(1))
+    assert not head.future.done()  # 2 grants that count: the head tries itself
+    assert woken
+    grants.heard(4, b"k", (b"t", 10.0, sent), 42, head=head, wake=lambda: woken.append(1))
+    assert head.future.done()  # nodes 2, 3 and 4
+    assert {i for i, yes in enumerate(head.future.result().votes.verdicts) if yes} == {2, 3, 4}
+
+
 async def test_grants_that_disagree_or_come_from_quarantined_nodes_are_left_to_an_attempt() -> None:
     sent = time.monotonic()
     # Fencing tokens that differ: the head settles them with an attempt of its own.

@@ -248,6 +248,46 @@ async def test_a_late_grant_of_a_token_still_held_and_forgotten_is_left_alone(
         await taker.release()
 
 
+async def test_grants_undone_by_the_heads_own_failed_attempt_never_count(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    """Found by the simulation (issue 32; seed 574, shrunk to 2 faults): a release's
+    grants reached 2 of 5 nodes, the rest of its scripts came late. The head's own
+    attempt, with the same token, failed (3 nodes still held the old key) and its
+    clean-up deleted the 2 grants; when a third grant came, the head counted all three
+    and took the lock, held on one node: another process acquired with it."""
+    async with (
+        nemesis(servers) as net,
+        LockManager(net.urls, node_timeout=0.5) as releasing,
+        LockManager(list(servers), node_timeout=0.5) as waiting,
+    ):
+        first = releasing.lock(name, ttl=30.0, auto_renew=False)
+        assert await first.acquire(timeout=0)
+        taker = waiting.lock(name, ttl=30.0)
+        task = asyncio.create_task(taker.acquire(timeout=10))
+        await in_line(clients, name, 1)
+        await asyncio.sleep(0.2)  # subscribed to its grants on every node
+        for proxy in net[2:]:
+            proxy.hold(script("RELEASE_TURN"), math.inf)
+        release = asyncio.create_task(first.release())  # 2 of 5: a QuorumError
+        # The grants of nodes 1 and 2 come, then the head's own attempt, which fails
+        # (nodes 3 to 5 hold the old key for 30 s) and releases its token on 1 and 2.
+        await asyncio.sleep(0.5)
+        assert not task.done()
+        assert [await c.get(key(name)) for c in clients[:2]] == [None, None]
+        net[2].flush()  # node 3's grant now
+        assert await task
+        token = taker._hold.token if taker._hold is not None else None
+        tokens = [await c.get(key(name)) for c in clients]
+        # Held where the head believes it is: on a quorum, not on node 3 alone.
+        assert sum(1 for t in tokens if t == token) >= 3, tokens
+        with contextlib.suppress(QuorumError, aiolock.LockNotOwned):
+            await release
+        for proxy in net:
+            proxy.clear()
+        await taker.release()
+
+
 # -- bounded memories forget safely (issue 31, item 2) -------------------------------------
 
 
