@@ -123,8 +123,8 @@ _make_env: Callable[..., Any] = _LUA.eval(
     """
 function(call, pcall, sha1hex)
     local redis = {}
-    redis.call = function(...) local ok, r = call({...}) if ok then return r end error(r, 0) end
-    redis.pcall = function(...) local ok, r = call({...}) if ok then return r end return {err=r} end
+    redis.call = function(...) local ok, r = call(...) if ok then return r end error(r, 0) end
+    redis.pcall = function(...) local ok, r = call(...) if ok then return r end return {err=r} end
     redis.error_reply = function(message) return {err=message} end
     redis.status_reply = function(message) return {ok=message} end
     redis.sha1hex = sha1hex
@@ -509,19 +509,15 @@ class Store:
             return Error(message if message[:1].isupper() else f"ERR user_script: {message}")
         return _from_lua(result)
 
-    def _lua_call(self, args: Any) -> tuple[bool, Any]:
-        items = []
-        i = 1
-        while True:
-            item = args[i]
-            if item is None:
-                break
-            if isinstance(item, float):
-                item = b"%.17g" % item
-            elif isinstance(item, int):
-                item = b"%d" % item
-            items.append(item)
-            i += 1
+    def _lua_call(self, *args: Any) -> tuple[bool, Any]:
+        items = [
+            item
+            if isinstance(item, bytes)
+            else b"%d" % item
+            if isinstance(item, int)
+            else b"%.17g" % item
+            for item in args
+        ]
         if not items:
             return False, b"ERR Please specify at least one argument for this redis lib call"
         name = items[0].upper()

@@ -52,6 +52,7 @@ class Holding:
     renewed: bool  # auto-renewed inside ``async with``: a loss cancels the body
     steps: list[tuple[float, float]] = field(default_factory=list)
     told_at: float | None = None  # when the body was cancelled for the loss
+    told_in_extend: bool = False  # the cancellation waited for an extend() in flight
     ran_out: float | None = None  # when a renewed body saw remaining() == 0 untold
 
     def step(self, now: float, remaining: float) -> None:
@@ -80,7 +81,7 @@ def make_config(seed: int) -> Config:
         processes=rng.choice((2, 2, 3)),
         tasks=rng.choice((1, 2, 3)),
         names=("a", "b")[: rng.choice((1, 1, 2))],
-        seconds=rng.uniform(3.0, 8.0),
+        seconds=rng.uniform(2.0, 6.0),
         ops=tuple(rng.sample(OPS, rng.randint(3, len(OPS)))),
     )
 
@@ -118,6 +119,7 @@ class Worker:
         self.owner = owner
         self.rng = random.Random(f"work-{seed}-{owner}")
         self.serial = itertools.count()
+        self.cancelled_in_extend = False
 
     def now(self) -> float:
         return time.monotonic()
@@ -167,13 +169,20 @@ class Worker:
     ) -> None:
         """Work in steps while the handle says it is valid, for ``seconds`` at most."""
         until = self.now() + seconds
+        self.cancelled_in_extend = False
         try:
             while True:
                 now = self.now()
                 remaining = handle.remaining()
                 if remaining <= 0.0:
                     for h in holds:
-                        if h.renewed and h.ran_out is None:
+                        if not h.renewed:
+                            continue
+                        if handle.lost is not None and h.told_at is None:
+                            # Noted lost, the body's cancellation on its way (this step
+                            # woke in the same instant): told now.
+                            h.told_at = now
+                        elif h.ran_out is None:
                             h.ran_out = now
                     return
                 for h in holds:
@@ -188,6 +197,7 @@ class Worker:
             if handle.lost is not None:
                 for h in holds:
                     h.told_at = self.now()
+                    h.told_in_extend = self.cancelled_in_extend
             raise
 
     async def _extend(self, handle: Any, holds: list[Holding]) -> None:
@@ -202,6 +212,9 @@ class Worker:
             await handle.extend(ttl)
         except QuorumError:
             self.rec.count("extend_quorum")
+        except asyncio.CancelledError:
+            self.cancelled_in_extend = True
+            raise
 
     def _holding(
         self,
