@@ -87,7 +87,7 @@ def typing(session: nox.Session, redis_py: str) -> None:
     """mypy --strict on the package, against the redis-py floor and the latest."""
     session.install("-e", ".[test]", "mypy>=1.10", _redis_py(redis_py))
     # tests/test_handles.py: every public handle against the Handle protocol.
-    session.run("mypy", "--strict", "aiolock", "tests/test_handles.py")
+    session.run("mypy", "--strict", "aiolock", "tests/test_handles.py", "tests/sim")
 
 
 @nox.session

@@ -23,6 +23,7 @@ Liveness (reported apart, never a failure): acquires that outlived their timeout
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import defaultdict
 from typing import Any
@@ -42,18 +43,7 @@ def _merge(holdings: list[Holding]) -> list[Holding]:
             continue
         key = (h.domain, h.ident)
         if key not in merged:
-            merged[key] = Holding(
-                h.domain,
-                h.mode,
-                h.ident,
-                h.token,
-                h.owner,
-                h.ttl,
-                h.renewed,
-                list(h.steps),
-                h.told_at,
-                h.ran_out,
-            )
+            merged[key] = dataclasses.replace(h, steps=list(h.steps))
         else:
             m = merged[key]
             m.steps = sorted(m.steps + h.steps)
