@@ -179,6 +179,7 @@ def test_the_same_seed_gives_the_same_history_byte_for_byte() -> None:
     assert first == second
 
 
+@pytest.mark.timeout(900)  # about 100 s on 2 idle cores
 def test_a_budget_of_schedules_keeps_every_rule() -> None:
     """At least 2,000 schedules (``AIOLOCK_SIM_SCHEDULES``): the search must find nothing."""
     first = int(os.environ.get("AIOLOCK_SIM_FIRST", "1"))
