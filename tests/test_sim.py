@@ -179,6 +179,28 @@ def test_the_same_seed_gives_the_same_history_byte_for_byte() -> None:
     assert first == second
 
 
+#: Seeds that once failed, replayed on every run: (seed, faults kept or None, why).
+REGRESSIONS = [
+    (574, [0, 2], "grants undone by the head's own clean-up were counted (fixed)"),
+    (41, None, "a failed semaphore try wrote the index without a ttl (fixed)"),
+    (1226, [0, 1, 2], "checker: a step woke in the instant the loss was noted"),
+    (1839, None, "checker: a body cancelled inside a shielded extend()"),
+    (64, None, "checker: stalls back to back delay a tell"),
+    (7, None, "a livelock of split attempts: stopped as busy, never a failure"),
+]
+
+
+@pytest.mark.parametrize(("seed", "keep", "why"), REGRESSIONS, ids=[str(r[0]) for r in REGRESSIONS])
+def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> None:
+    """Replayed as ``nox -s sim -- replay`` does (its own process, PYTHONHASHSEED=0)."""
+    args = ["replay", str(seed), *(["--keep", ",".join(map(str, keep))] if keep else [])]
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.sim", *args],
+        cwd=ROOT, capture_output=True, text=True, check=False, timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 0, (why, out.stdout[-3000:], out.stderr[-2000:])
+
+
 @pytest.mark.timeout(900)  # about 100 s on 2 idle cores
 def test_a_budget_of_schedules_keeps_every_rule() -> None:
     """At least 2,000 schedules (``AIOLOCK_SIM_SCHEDULES``): the search must find nothing."""
