@@ -172,6 +172,16 @@ class Grants:
         elif self._drop(token):
             give_back(self._quorum, key, token)  # granted somewhere, taken nowhere
 
+    def tried(self, token: bytes, outcome: object) -> None:
+        """The head's own attempt with ``token`` returned ``outcome``.
+
+        Failed, it released the token on every node that may hold it (see
+        ``Quorum.acquire``): the grants there are undone.
+        """
+        if isinstance(outcome, Attempt) and outcome.expires_at is None:
+            verdicts = outcome.votes.verdicts
+            self.undone(token, [i for i, yes in enumerate(verdicts) if yes is not False])
+
     def undone(self, token: bytes, nodes: list[int]) -> None:
         """The head's own attempt with ``token`` failed and released it on ``nodes``.
 

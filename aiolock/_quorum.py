@@ -76,8 +76,7 @@ class Quorum:
     ) -> None:
         self.nodes = tuple(nodes)
         self.names = tuple(node.name for node in self.nodes)
-        #: Seconds since the epoch, for the floor of fencing tokens (see _fencing.py).
-        # (Looked up now, not when the module was imported: a simulated world's clock.)
+        #: Seconds since the epoch, for fencing floors (see _fencing.py); read at init.
         self.wall_clock = time.time if wall_clock is None else wall_clock
         self.n = len(self.nodes)
         self.quorum = quorum_size(self.n)

@@ -252,10 +252,8 @@ class Waiting:
                 await asyncio.wait([turn], timeout=None if math.isinf(left) else max(0.0, left))
                 if not turn.done():
                     return None
-            # Not None: the previous head of this process holds the lock; its
-            # release wakes us (no need to find that out with a failed attempt).
-            hint = turn.result()
-            wait_first = hint is not None
+            # Not None: the previous head of ours holds it; its release wakes us.
+            wait_first = (hint := turn.result()) is not None
             if not queue.subscribed:
                 await self._subscribe(queue)
             if offer is not None and queue.entry is None and self._turns is not None:
@@ -274,17 +272,8 @@ class Waiting:
                     if result is None:
                         queue.wake.clear()
                         result = await self._attempt(attempt, offer)
-                        if (
-                            result.expires_at is None
-                            and offer is not None
-                            and self._grants is not None
-                            and isinstance(result, Attempt)
-                        ):
-                            # Its clean-up released the offer's token where it may be
-                            # held: grants there are undone.
-                            verdicts = result.votes.verdicts
-                            undone = [i for i, v in enumerate(verdicts) if v is not False]
-                            self._grants.undone(offer.token, undone)
+                        if offer is not None and self._grants is not None:
+                            self._grants.tried(offer.token, result)  # (its clean-up)
                     if result.expires_at is not None:
                         # (A lease's votes are no node's: its offer was taken nowhere.)
                         won = None
