@@ -8,7 +8,6 @@ the ones already taken are released and ``acquire()`` returns ``False``.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import TYPE_CHECKING
 
@@ -116,10 +115,32 @@ class LockMany(BaseHandle):
 
     @staticmethod
     async def _release_quietly(locks: list[Lock]) -> None:
+        # Expired or nodes failing: nothing more to undo.
+        await LockMany._release_all(locks)
+
+    @staticmethod
+    async def _release_all(locks: list[Lock]) -> LockError | None:
+        """Release every one of ``locks`` (the last first); the first error, if any.
+
+        All of them even if the caller is cancelled meanwhile, the cancellation
+        re-raised once they are done (as ``Lock.release`` does for one): stopped at the
+        first, the others stayed held and renewed, by a handle that no longer owned
+        them (issue 32, found by the simulation).
+        """
+        first: LockError | None = None
+        cancelled: BaseException | None = None
         for lock in reversed(locks):
-            # Expired or nodes failing: nothing more to undo.
-            with contextlib.suppress(LockError):
-                await lock.release()
+            try:
+                # (After a cancellation, shielded: a cancel scope would deliver it again.)
+                with anyio.CancelScope(shield=cancelled is not None):
+                    await lock.release()
+            except LockError as exc:
+                first = first or exc
+            except anyio.get_cancelled_exc_class() as exc:
+                cancelled = cancelled or exc
+        if cancelled is not None:
+            raise cancelled
+        return first
 
     async def release(self) -> None:
         """Release every name; then raise the first error met, if any.
@@ -129,12 +150,7 @@ class LockMany(BaseHandle):
             QuorumError: too many nodes failed to confirm a release.
 
         """
-        first: LockError | None = None
-        for lock in reversed(self._locks):
-            try:
-                await lock.release()
-            except LockError as exc:
-                first = first or exc
+        first = await self._release_all(self._locks)
         if first is not None:
             raise first
 

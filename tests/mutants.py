@@ -579,6 +579,17 @@ MUTANTS = [
             "tests/test_grants.py::test_grants_from_nodes_the_heads_own_clean_up_released_never_count",
         ),
     ),
+    Mutant(
+        "a lock_many release cancelled midway leaves the other names held",
+        "aiolock/_many.py",
+        "            except anyio.get_cancelled_exc_class() as exc:\n"
+        "                cancelled = cancelled or exc\n",
+        "",
+        (
+            "tests/test_primitives.py::"
+            "test_lock_many_release_cancelled_midway_still_releases_every_name",
+        ),
+    ),
 ]
 
 

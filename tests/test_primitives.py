@@ -381,6 +381,26 @@ async def test_lock_many_loss_of_one_name_cancels_body(
         assert await client.exists(key(f"{name}-a")) == 0
 
 
+async def test_lock_many_release_cancelled_midway_still_releases_every_name(
+    locks: LockManager, urls: list[str], name: str
+) -> None:
+    """Found by the simulation (seed 6406101): a cancellation that reached a lock_many's
+    release while its last name was being released stopped there: the first name stayed
+    held and renewed, by a handle that no longer owned it."""
+    names = [f"{name}-a", f"{name}-b"]
+    many = locks.lock_many(names, ttl=2)
+    assert await many.acquire(timeout=0)
+    release = asyncio.create_task(many.release())
+    await asyncio.sleep(0)  # the last name's release is sent, its replies awaited
+    release.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await release
+    assert not many.owned
+    # Every name is free: another manager takes both at once, not after the ttl.
+    async with LockManager(urls) as others:
+        assert await others.lock_many(names, ttl=2).acquire(timeout=1.0)
+
+
 def test_lock_many_arguments_are_checked() -> None:
     locks = LockManager(["redis://127.0.0.1:1"])
     with pytest.raises(TypeError):

@@ -187,6 +187,7 @@ REGRESSIONS = [
     (1839, None, "checker: a body cancelled inside a shielded extend()"),
     (64, None, "checker: stalls back to back delay a tell"),
     (11903222, [0, 1, 2, 3, 4], "checker: acquired with less than the guard left, told at once"),
+    (6406101, [2, 4], "a lock_many release cancelled midway left a name held (fixed)"),
     (7, None, "once a livelock of split attempts (stopped as busy), before the schedules shrank"),
 ]
 
