@@ -63,18 +63,13 @@ _TAKEN_KEPT: Final = 1024
 
 
 class _Heard:
-    """The grants of one token heard so far: node -> (fencing token, offer sent at).
+    """The grants of one token heard so far: node -> (fencing token, offer sent at)."""
 
-    ``undone``: the nodes where the head's own failed attempt released the token; their
-    grants never count for it again (see :meth:`Grants.undone`).
-    """
-
-    __slots__ = ("nodes", "timer", "undone")
+    __slots__ = ("nodes", "timer")
 
     def __init__(self) -> None:
         self.nodes: dict[int, tuple[int, float]] = {}
         self.timer: asyncio.TimerHandle | None = None
-        self.undone: set[int] = set()
 
 
 class Grants:
@@ -89,6 +84,9 @@ class Grants:
         #: The tokens taken and still held (not released, passed on, detached): exact,
         #: never forgotten while held; late grants of these are never given back.
         self._held: set[bytes] = set()
+        #: The nodes where the head's own failed attempt released its offer's token
+        #: (see :meth:`undone`); dropped with the offer.
+        self._undone: dict[bytes, set[int]] = {}
 
     def heard(
         self,
@@ -124,15 +122,15 @@ class Grants:
             self._drop(token)
             give_back(self._quorum, key, token)
             return
-        heard = self._heard.get(token)
-        if heard is None:
-            heard = self._heard[token] = _Heard()
-        if node in heard.undone:
+        if node in self._undone.get(token, ()):
             # Its grant may be one the head's own clean-up deleted since (this message
             # and that release went on different connections): not counted; the head's
             # next attempt, with the same token, asks the node again.
             wake()
             return
+        heard = self._heard.get(token)
+        if heard is None:
+            heard = self._heard[token] = _Heard()
         heard.nodes[node] = (fence, sent_at)
         if head.busy or head.claimed:
             wake()  # after its own attempt, which counts this grant, if it failed
@@ -190,22 +188,27 @@ class Grants:
         counts for the offer any more (issue 32: counted, they made a quorum of grants
         the nodes no longer held). Costs at most an attempt, never a holder.
         """
+        if not nodes:
+            return
+        # Kept apart from the grants heard: a head that leaves without the lock gives
+        # back only tokens some node granted (a give-back of a token a lease or a
+        # handoff left on the key would delete a holder's key).
+        self._undone.setdefault(token, set()).update(nodes)
         heard = self._heard.get(token)
-        if heard is None:
-            heard = self._heard[token] = _Heard()  # (its leaving then gives back late grants)
-        heard.undone.update(nodes)
-        for node in nodes:
-            heard.nodes.pop(node, None)
-        # The grants still to come start the wait for the rest again.
-        if heard.timer is not None:
-            heard.timer.cancel()
-            heard.timer = None
+        if heard is not None:
+            for node in nodes:
+                heard.nodes.pop(node, None)
+            # The grants still to come start the wait for the rest again.
+            if heard.timer is not None:
+                heard.timer.cancel()
+                heard.timer = None
 
     def let_go(self, token: bytes) -> None:
         """A lock held with ``token`` is being released, passed on, detached or dropped."""
         self._held.discard(token)
 
     def _drop(self, token: bytes) -> bool:
+        self._undone.pop(token, None)
         heard = self._heard.pop(token, None)
         if heard is not None and heard.timer is not None:
             heard.timer.cancel()

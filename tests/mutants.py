@@ -572,7 +572,7 @@ MUTANTS = [
     Mutant(
         "grants undone by the head's own failed attempt still count",
         "aiolock/_grants.py",
-        "        if node in heard.undone:\n",
+        "        if node in self._undone.get(token, ()):\n",
         "        if False:\n",
         (
             "tests/test_late.py::test_grants_undone_by_the_heads_own_failed_attempt_never_count",
