@@ -593,24 +593,23 @@ MUTANTS = [
 ]
 
 
-def run(mutant: Mutant) -> bool:
-    """Apply ``mutant``, run its tests, restore the file; True when the tests failed."""
+def run_mutated(mutant: Mutant, command: list[str]) -> subprocess.CompletedProcess[str]:
+    """Apply ``mutant``, run ``command`` in the tree, restore the file."""
     path = ROOT / mutant.path
     source = path.read_text()
     if source.count(mutant.old) != 1:
         raise SystemExit(f"{mutant.name}: its anchor is not found once in {mutant.path}")
     path.write_text(source.replace(mutant.old, mutant.new))
     try:
-        result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly", *mutant.tests],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=False,
-        )
+        return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     finally:
         path.write_text(source)
-    return result.returncode != 0
+
+
+def run(mutant: Mutant) -> bool:
+    """Apply ``mutant``, run its tests, restore the file; True when the tests failed."""
+    pytest = [sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:randomly"]
+    return run_mutated(mutant, [*pytest, *mutant.tests]).returncode != 0
 
 
 def main(names: list[str]) -> int:

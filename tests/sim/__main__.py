@@ -111,34 +111,14 @@ def search(first: int, count: int | None, seconds: float | None, jobs: int) -> i
 
 def mutants(names: list[str], seconds: float, jobs: int) -> int:
     """Each named mutant applied in turn; the search must find a violation in time."""
-    from tests.mutants import MUTANTS
+    from tests.mutants import MUTANTS, run_mutated
 
     chosen = [m for m in MUTANTS if not names or m.name in names]
     survived = []
     for mutant in chosen:
-        path = ROOT / mutant.path
-        source = path.read_text()
-        path.write_text(source.replace(mutant.old, mutant.new))
         started = time.monotonic()
-        try:
-            out = subprocess.run(
-                [
-                    sys.executable,
-                    "-m",
-                    "tests.sim",
-                    "search",
-                    "--seconds",
-                    str(seconds),
-                    "--jobs",
-                    str(jobs),
-                ],
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-        finally:
-            path.write_text(source)
+        search = ["search", "--seconds", str(seconds), "--jobs", str(jobs)]
+        out = run_mutated(mutant, [sys.executable, "-m", "tests.sim", *search])
         took = time.monotonic() - started
         killed = out.returncode == 1
         lines = out.stdout.strip().splitlines()

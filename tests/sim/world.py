@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import heapq
 import os
 import random
 import secrets
@@ -378,21 +377,11 @@ class SimNode:
             )
         if name in (b"CLIENT", b"SELECT", b"AUTH"):
             return Status(b"OK")
-        if name in (b"SUBSCRIBE", b"SSUBSCRIBE"):
-            sharded = name == b"SSUBSCRIBE"
+        if name in _SUBSCRIPTIONS:
+            sharded, kind, add = _SUBSCRIPTIONS[name]
             out = b""
             for channel in c[1:]:
-                link.channels.add((channel, sharded))
-                kind = b"ssubscribe" if sharded else b"subscribe"
-                out += encode([kind, channel, len(link.channels)])
-            link.reply(out)
-            return _NO_REPLY
-        if name in (b"UNSUBSCRIBE", b"SUNSUBSCRIBE"):
-            sharded = name == b"SUNSUBSCRIBE"
-            out = b""
-            for channel in c[1:]:
-                link.channels.discard((channel, sharded))
-                kind = b"sunsubscribe" if sharded else b"unsubscribe"
+                (link.channels.add if add else link.channels.discard)((channel, sharded))
                 out += encode([kind, channel, len(link.channels)])
             link.reply(out)
             return _NO_REPLY
@@ -443,6 +432,13 @@ class SimNode:
 
 
 _NO_REPLY: Any = object()
+#: Pub/sub commands: (sharded, the reply's kind, subscribe or not).
+_SUBSCRIPTIONS: dict[bytes, tuple[bool, bytes, bool]] = {
+    b"SUBSCRIBE": (False, b"subscribe", True),
+    b"SSUBSCRIBE": (True, b"ssubscribe", True),
+    b"UNSUBSCRIBE": (False, b"unsubscribe", False),
+    b"SUNSUBSCRIBE": (True, b"sunsubscribe", False),
+}
 
 
 # -- faults ------------------------------------------------------------------------------
@@ -672,6 +668,5 @@ __all__ = [
     "SimLoop",
     "World",
     "current_process",
-    "heapq",
     "virtual_process",
 ]
