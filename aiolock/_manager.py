@@ -13,14 +13,14 @@ from ._checks import (
     check_number,
     check_timeout,
     check_ttl,
-    shown,
 )
 from ._connection import NodeSpec, check_nodes
 from ._engine import Engine
 from ._events import LockEvent, logger
-from ._info import LockInfo, decided
+from ._info import LockInfo
 from ._lock import Lock
 from ._many import LockMany
+from ._ready import wait_ready
 from ._rwlock import RWLock
 from ._semaphore import Semaphore
 from ._ticket import decode_ticket
@@ -278,8 +278,6 @@ class LockManager:
                 function has no parameter for (when decorating).
 
         """
-        if not isinstance(name_or_template, str):
-            raise TypeError(f"the name must be a str, not {type(name_or_template).__name__}")
         check_name(name_or_template)
         ttl = self._engine.ttl_used(ttl)
         timeout = check_timeout(timeout)
@@ -304,11 +302,7 @@ class LockManager:
                 prefix, before any I/O.
 
         """
-        parsed = decode_ticket(ticket)
-        if parsed.prefix != self.prefix:
-            raise ValueError(
-                f"the ticket is of a manager with prefix {parsed.prefix!r}, not {self.prefix!r}"
-            )
+        parsed = decode_ticket(ticket, prefix=self.prefix)
         lock = self.lock(parsed.name, ttl=parsed.ttl, auto_renew=auto_renew)
         # The manager completes the handle it has just made (a Lock of its own family).
         await lock._adopt(parsed)  # noqa: SLF001
@@ -364,10 +358,23 @@ class LockManager:
             RuntimeError: the manager is closed.
 
         """
-        info, votes = await self._engine.inspect(check_name(name))
-        if not decided(info):
-            raise self._engine.quorum_error(f"locked({shown(name)})", votes)
-        return info.held
+        return await self._engine.locked(check_name(name))
+
+    async def wait_ready(self, *, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Wait until a quorum of nodes would count for an acquire (startup, readiness).
+
+        Ready: a quorum connected and out of its restart quarantine (``restart_grace``;
+        servers started a moment ago are in it). ``timeout=0`` checks once (a probe).
+
+        Raises:
+            QuorumError: not ready within ``timeout`` (each node not counting, and why).
+            TypeError, ValueError: a bad timeout, before any I/O.
+            RuntimeError: the manager is closed.
+
+        """
+        seconds = check_timeout(timeout)
+        self._engine.check_open()
+        await wait_ready(self._engine, seconds)
 
     # -- life cycle -------------------------------------------------------------------
 

@@ -114,6 +114,8 @@ class Node(ReplyReader):
         #: the moment we saw its ``run_id`` change (a restart or a failover behind the
         #: same address); ``None`` when unknown (``INFO`` denied). See restart_grace.
         self.restarted_at: float | None = None
+        #: Whether we saw the ``run_id`` change (else: a server first seen young).
+        self.restart_seen = False
         self._last_run_id: bytes | None = None
         #: The server's ``redis_version`` (Valkey reports the Redis version it is
         #: compatible with), e.g. ``(7, 2)``; ``None`` while not known.
@@ -142,6 +144,11 @@ class Node(ReplyReader):
         as a second vote.
         """
         self._refused = error
+
+    @property
+    def last_error(self) -> Exception:
+        """Why the node is not connected, as its requests would fail with it."""
+        return self._last_error
 
     @property
     def connected(self) -> bool:
@@ -306,6 +313,7 @@ class Node(ReplyReader):
                     # Another server behind the same address (restarted, or a replica
                     # promoted that may lack keys): count from now whatever its uptime.
                     restarted_at = now if restarted_at is None else max(restarted_at, now)
+                    self.restart_seen = True
                 self._last_run_id = self.run_id
             if restarted_at is not None:
                 self.restarted_at = restarted_at

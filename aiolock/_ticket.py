@@ -41,12 +41,13 @@ def encode_ticket(ticket: Ticket) -> str:
     return _HEAD + base64.urlsafe_b64encode(data).decode()
 
 
-def decode_ticket(text: object) -> Ticket:
-    """Read a ticket made by :func:`encode_ticket`.
+def decode_ticket(text: object, *, prefix: str) -> Ticket:
+    """Read a ticket made by :func:`encode_ticket`, of a manager with ``prefix``.
 
     Raises:
         TypeError: not a str.
-        ValueError: not a ticket (its name and ttl are checked by the caller).
+        ValueError: not a ticket, or another prefix's (its name and ttl are checked
+            by the caller).
 
     """
     if not isinstance(text, str):
@@ -65,4 +66,8 @@ def decode_ticket(text: object) -> Ticket:
         or not ticket.token
     ):
         raise ValueError("a damaged aiolock ticket")
+    if ticket.prefix != prefix:
+        raise ValueError(
+            f"the ticket is of a manager with prefix {ticket.prefix!r}, not {prefix!r}"
+        )
     return ticket

@@ -1,7 +1,13 @@
 """FastAPI: one LockManager for the app's lifetime, a lock per order, 409 when busy.
 
-    pip install fastapi uvicorn
-    AIOLOCK_NODES=redis://127.0.0.1:6379 uvicorn examples.fastapi_app:app
+    python -m pip install 'aiolock-redis[testing]' fastapi uvicorn
+    python -m aiolock servers 3        # local nodes; prints AIOLOCK_NODES=...
+    AIOLOCK_NODES=redis://127.0.0.1:... uvicorn fastapi_app:app
+
+Busy (``LockTimeout``) answers 409; the nodes failing (``QuorumError``: down, or
+servers started a moment ago still in their restart quarantine) answer 503 with
+``Retry-After``, never a 500. ``GET /ready`` is a readiness probe: 503 until a quorum
+of nodes counts (``LockManager.wait_ready``).
 
 The manager is created in the app's lifespan (one set of connections per process,
 closed at shutdown) and handed to endpoints by a dependency.
@@ -19,7 +25,7 @@ from contextlib import asynccontextmanager
 from typing import Annotated
 
 # --8<-- [start:app]
-from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi import Depends, FastAPI, HTTPException, Request, Response
 
 import aiolock
 
@@ -50,6 +56,17 @@ def make_app(nodes: list[str], telemetry: Sequence[Hook] = ()) -> FastAPI:
                 worker.cancel()
 
     app = FastAPI(lifespan=lifespan)
+
+    @app.get("/ready")
+    async def ready(locks: Locks, response: Response) -> dict[str, object]:
+        """Readiness probe: can a lock be taken now (a quorum of nodes counts)?"""
+        try:
+            await locks.wait_ready(timeout=0)
+        except aiolock.QuorumError as exc:
+            response.status_code = 503
+            return {"ready": False, "why": str(exc)}
+        return {"ready": True}
+
     # --8<-- [end:app]
 
     # --8<-- [start:charge]
@@ -63,6 +80,8 @@ def make_app(nodes: list[str], telemetry: Sequence[Hook] = ()) -> FastAPI:
                 return {"order": order_id, "charged": True, "fencing_token": lock.fencing_token}
         except aiolock.LockTimeout:
             raise HTTPException(409, f"order {order_id} is being charged already") from None
+        except aiolock.QuorumError:
+            raise unavailable() from None
 
     # --8<-- [end:charge]
 
@@ -70,13 +89,21 @@ def make_app(nodes: list[str], telemetry: Sequence[Hook] = ()) -> FastAPI:
     @app.post("/orders/{order_id}/refund", status_code=202)
     async def refund(order_id: int, locks: Locks, request: Request) -> dict[str, object]:
         lock = locks.lock(f"order:{order_id}", ttl=10)
-        if not await lock.acquire(timeout=0.05):
-            raise HTTPException(409, f"order {order_id} is busy")
+        try:
+            if not await lock.acquire(timeout=0.05):
+                raise HTTPException(409, f"order {order_id} is busy")
+        except aiolock.QuorumError:
+            raise unavailable() from None
         # The lock goes with the job: a ticket (a secret: it carries the lock's token).
         await request.app.state.jobs.put((order_id, lock.detach()))
         return {"order": order_id, "refund": "queued"}
 
     return app
+
+
+def unavailable() -> HTTPException:
+    """503: the lock's nodes failed (down, or just started: see ``/ready``); retry soon."""
+    return HTTPException(503, "locks are unavailable, retry shortly", {"Retry-After": "1"})
 
 
 async def refund_worker(

@@ -1,16 +1,18 @@
-"""``python -m aiolock``: demo, bench, inspect, --help, as a user runs them."""
+"""``python -m aiolock``: demo, servers, bench, inspect, --help, as a user runs them."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import redis.asyncio as redis
 
-from aiolock import LockManager
+from aiolock import LockManager, QuorumError
 
 from .conftest import key
 
@@ -28,7 +30,7 @@ def run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 def test_help_lists_the_commands() -> None:
     result = run("--help")
     assert result.returncode == 0
-    for command in ("demo", "bench", "inspect"):
+    for command in ("demo", "servers", "bench", "inspect", "release"):
         assert command in result.stdout
 
 
@@ -44,6 +46,38 @@ def test_demo_runs_on_embedded_nodes_and_exits_cleanly() -> None:
     assert "LockLost" in out
     assert "done" in out
     assert result.stderr == ""
+
+
+async def test_servers_run_in_the_foreground_print_their_urls_and_stop_on_ctrl_c() -> None:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "aiolock", "servers", "2",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdout is not None
+    try:
+        nodes: list[str] = []
+        async with asyncio.timeout(60):
+            while not nodes:
+                line = (await process.stdout.readline()).decode()
+                assert line, (await process.stderr.read()).decode() if process.stderr else ""
+                if line.startswith("AIOLOCK_NODES="):
+                    nodes = line.strip().split("=", 1)[1].split(",")
+        assert len(nodes) == 2
+        async with (
+            LockManager(nodes, restart_grace=0) as locks,
+            locks.lock("from-the-cli", ttl=5) as lock,
+        ):
+            assert lock.fencing_token
+        process.send_signal(signal.SIGINT)
+        assert await asyncio.wait_for(process.wait(), 30) == 0
+        # Stopped with the command: nothing answers on their ports any more.
+        async with LockManager(nodes, restart_grace=0, node_timeout=0.2) as locks:
+            with pytest.raises(QuorumError):
+                await locks.lock("from-the-cli").acquire(timeout=0)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
 
 
 def test_bench_prints_figures_as_json() -> None:

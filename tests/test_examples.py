@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from aiolock import LockManager
 from aiolock.telemetry import OpenTelemetry, Prometheus
+from aiolock.testing import redis_servers
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -41,11 +42,32 @@ async def test_fastapi_concurrent_charges_of_one_order_run_once(urls: list[str])
                 *(client.post("/orders/42/charge") for _ in range(6)),
                 client.post("/orders/7/charge"),
             )
+            assert (await client.get("/ready")).json() == {"ready": True}
         assert sorted(r.status_code for r in responses[:6]) == [200] + [409] * 5
         assert responses[6].status_code == 200  # another order is not blocked
         assert app.state.charged == {42: 1, 7: 1}
         tokens = [r.json()["fencing_token"] for r in responses if r.status_code == 200]
         assert all(isinstance(token, int) and token > 0 for token in tokens), tokens
+
+
+async def test_fastapi_answers_503_with_retry_after_never_500_against_fresh_servers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The suite's managers default to restart_grace=0 (conftest); a user's do not.
+    monkeypatch.setattr(LockManager, "__init__", LockManager.__init__.__wrapped__)  # type: ignore[attr-defined]
+    async with redis_servers(3) as fresh:
+        app = fastapi_app.make_app(list(fresh))
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://test") as client:
+                for path in ("/orders/1/charge", "/orders/1/refund"):
+                    response = await client.post(path)
+                    assert response.status_code == 503, response.text
+                    assert response.headers["retry-after"] == "1"
+                ready = await client.get("/ready")
+                assert ready.status_code == 503
+                assert "quarantined" in ready.json()["why"]
+            assert app.state.charged == {}
 
 
 async def test_fastapi_app_exports_lock_metrics_to_opentelemetry_and_prometheus(

@@ -141,11 +141,15 @@ async def ping(port: int, pid: int | None = None) -> bool:
 class Server:
     """One local server process on a loopback port."""
 
-    def __init__(self, binary: str, directory: Path, extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self, binary: str, directory: Path, extra_args: Sequence[str] = (), port: int = 0
+    ) -> None:
         self.binary = binary
         self.directory = directory
         self.extra_args = tuple(extra_args)
-        self.port = 0
+        self.port = port
+        #: A port asked for is kept (a failure to start says so); else any free one.
+        self._fixed_port = bool(port)
         self.process: subprocess.Popen[bytes] | None = None
         #: The server's major version (0 if unknown): 6 has no --cluster-port nor DEBUG
         #: restrictions to lift.
@@ -196,6 +200,8 @@ class Server:
                     return
                 await asyncio.sleep(0.01)
             self.kill()
+            if self._fixed_port:
+                raise RuntimeError(f"could not start {self.binary} on port {self.port} (taken?)")
             self.port = 0
         raise RuntimeError(f"could not start {self.binary}")
 
@@ -250,14 +256,19 @@ class Servers(list[str]):
 
 
 @contextlib.asynccontextmanager
-async def redis_servers(n: int = 5, *, args: Sequence[str] = ()) -> AsyncIterator[Servers]:
-    """Start ``n`` local servers on free loopback ports; yield their URLs.
+async def redis_servers(
+    n: int = 5, *, args: Sequence[str] = (), port: int | None = None
+) -> AsyncIterator[Servers]:
+    """Start ``n`` local servers on loopback ports; yield their URLs.
 
     Every process is stopped on exit, also on error or cancellation. ``args`` are
-    extra server arguments (e.g. ``["--requirepass", "secret"]``).
+    extra server arguments (e.g. ``["--requirepass", "secret"]``). ``port``: the
+    first server's port, the others' following it (default: free ports).
     """
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n!r}")
+    if port is not None and not 0 < port <= 65536 - n:
+        raise ValueError(f"port must leave room for {n} ports below 65536, got {port!r}")
     binary = find_server_binary()
     servers: list[ServerLike] = []
     with tempfile.TemporaryDirectory(prefix="aiolock-servers-") as tmp:
@@ -266,7 +277,7 @@ async def redis_servers(n: int = 5, *, args: Sequence[str] = ()) -> AsyncIterato
                 for i in range(n):
                     directory = Path(tmp) / str(i)
                     directory.mkdir()
-                    servers.append(Server(binary, directory, args))
+                    servers.append(Server(binary, directory, args, 0 if port is None else port + i))
             elif docker_answers():
                 servers.extend(ContainerServer() for _ in range(n))
             else:
