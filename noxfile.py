@@ -112,6 +112,12 @@ def release(session: nox.Session) -> None:
     shutil.rmtree(dist, ignore_errors=True)  # only this build's files are checked
     session.run("python", "-m", "build", "--outdir", dist)
     session.run("twine", "check", "--strict", *glob.glob(os.path.join(dist, "*")))
+    # A stranger's first minutes, on the built wheel (not editable): the README's
+    # quickstart, pasted, against `python -m aiolock servers` (tests/wheel_smoke.py).
+    (wheel,) = glob.glob(os.path.join(dist, "*.whl"))
+    session.install("--force-reinstall", "--no-deps", wheel)
+    session.install(f"{wheel}[testing]")
+    session.run("python", os.path.abspath("tests/wheel_smoke.py"), os.path.abspath("README.md"))
 
 
 @nox.session

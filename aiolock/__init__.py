@@ -15,7 +15,7 @@ from ._many import LockMany
 from ._rwlock import ReadLock, RWLock, WriteLock
 from ._semaphore import Semaphore
 
-__version__ = "0.2.0.dev0"
+__version__ = "0.2.0"
 
 __all__ = [
     "EventKind",

@@ -6,9 +6,9 @@
 
     LockManager(nodes, on_event=[OpenTelemetry(), Prometheus()])
 
-``OpenTelemetry`` needs ``pip install aiolock[otel]`` (``opentelemetry-api`` only, as
+``OpenTelemetry`` needs ``pip install aiolock-redis[otel]`` (``opentelemetry-api`` only, as
 OpenTelemetry asks of libraries: without an SDK configured by the application every
-instrument is a no-op). ``Prometheus`` needs ``pip install aiolock[prometheus]``.
+instrument is a no-op). ``Prometheus`` needs ``pip install aiolock-redis[prometheus]``.
 
 Both record the same figures:
 
@@ -44,7 +44,7 @@ _COUNTED = {
 
 
 def _missing(extra: str, module: str) -> ImportError:
-    return ImportError(f"aiolock.telemetry needs {module}: pip install aiolock[{extra}]")
+    return ImportError(f"aiolock.telemetry needs {module}: pip install aiolock-redis[{extra}]")
 
 
 class OpenTelemetry:

@@ -125,7 +125,7 @@ async def refund_worker(
 
 
 def _telemetry() -> list[Hook]:
-    """Metrics if the extras are installed (pip install aiolock[otel,prometheus])."""
+    """Metrics if the extras are installed (pip install aiolock-redis[otel,prometheus])."""
     try:
         from aiolock.telemetry import OpenTelemetry, Prometheus  # noqa: PLC0415
 

@@ -531,7 +531,7 @@ async def test_a_majority_restarted_empty_is_quarantined_until_the_holder_is_gon
         await restarted.wait()
         # A manager that meets the servers only now knows them by their uptime.
         async with LockManager(servers, node_timeout=0.1, restart_grace=grace) as c_side:
-            with pytest.raises(QuorumError, match="server started .* quarantined"):
+            with pytest.raises(QuorumError, match=r"server started .* quarantined"):
                 await c_side.lock(name).acquire(timeout=0)
         quarantined = 0
         while True:

