@@ -96,12 +96,18 @@ def docs(session: nox.Session) -> None:
 
     `nox -s docs -- serve` serves it at http://127.0.0.1:8000 instead.
     """
-    session.install("-e", ".[docs]")
+    session.install("-e", ".[docs]", "pytest>=8", "pytest-asyncio>=0.24", "pytest-timeout>=2.3")
     env = {"NO_MKDOCS_2_WARNING": "1"}  # material's notice about its successor
     if session.posargs[:1] == ["serve"]:
         session.run("mkdocs", "serve", env=env)
     else:
         session.run("mkdocs", "build", "--strict", "--site-dir", "site", env=env)
+        # The reference as a reader gets it: every public name, signature and member.
+        site = os.path.abspath("site")
+        session.run(
+            "python", "-m", "pytest", "-q", "tests/test_reference_site.py",
+            env={"AIOLOCK_SITE": site},
+        )  # fmt: skip
 
 
 @nox.session
