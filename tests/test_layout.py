@@ -73,6 +73,13 @@ def test_the_import_graph_is_read() -> None:
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
 
 
+def test_no_module_of_the_package_imports_the_package_itself() -> None:
+    # ``from aiolock import X`` inside aiolock is a circle through __init__ (which
+    # imports the modules): each module imports the module it needs.
+    graph = _imports()
+    assert [name for name, deps in graph.items() if name != "aiolock" and "aiolock" in deps] == []
+
+
 def test_no_import_circle_among_the_package_modules() -> None:
     # The handles import the engine; the engine never the handles; the manager both.
     assert _circles(_imports()) == []

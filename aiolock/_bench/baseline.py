@@ -29,7 +29,9 @@ __all__ = ["BaselineFigures", "run_baseline"]
 #: What a side runs: the contention benchmark of whichever aiolock it imports, then
 #: this code's many-names run (public API only) with that aiolock.
 _SIDE = (
-    inspect.getsource(names)
+    "from __future__ import annotations\nimport asyncio, time\nfrom aiolock import LockManager\n"
+    + f"TASKS = {names.TASKS}\n"
+    + inspect.getsource(names.many_names)
     + """
 import json, sys
 from dataclasses import asdict

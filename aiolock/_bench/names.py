@@ -3,8 +3,8 @@
 A busy service takes a lock per request, each of its own name: here 100 tasks run
 acquire + release cycles on 100 names of 5 nodes, with no contention. This is where a
 node's writes are coalesced (see ``_node.py``). :func:`many_names` uses the public API
-only, so that ``bench --baseline`` runs this very code with the other aiolock too (see
-baseline.py).
+only, so that ``bench --baseline`` runs this very function with the other aiolock too
+(baseline.py puts its source after ``from aiolock import LockManager``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import asyncio
 import time
 from collections.abc import Sequence
 
-from aiolock import LockManager
+from .._manager import LockManager
+from ._common import servers_or
 
 #: Tasks, each with a name of its own.
 TASKS = 100
@@ -43,7 +44,5 @@ async def many_names(nodes: Sequence[str], seconds: float, tasks: int = TASKS) -
 
 async def run_names(urls: Sequence[str] | None = None, *, seconds: float = 3.0) -> float:
     """:func:`many_names` on ``urls`` (default: 5 embedded nodes); cycles per second."""
-    from ._common import servers_or  # noqa: PLC0415 - this module also runs alone
-
     async with servers_or(urls, 5) as nodes:
         return (await many_names(nodes, seconds))["per_second"]
