@@ -8,7 +8,7 @@ import redis.asyncio as redis
 
 from .._manager import LockManager
 from ..testing import Server, Servers
-from ._common import Figure, make_figure, servers_or, timed
+from ._common import Figure, make_figure, pinger, servers_or, timed
 
 ROUNDS = 10
 
@@ -46,11 +46,11 @@ async def run_latency(
                 await lock5.release()
 
             name5 = f"cycle{len(nodes)}"
-            for op in (client.ping, cycle1, cycle5):
+            for op in (pinger(client), cycle1, cycle5):
                 await timed(op, warmup, 0)
             for _ in range(ROUNDS):
                 for name, op in (
-                    ("ping (redis-py)", client.ping),
+                    ("ping (redis-py)", pinger(client)),
                     ("cycle1 acquire+release", cycle1),
                     (f"{name5} acquire+release", cycle5),
                 ):

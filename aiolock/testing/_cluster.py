@@ -87,7 +87,7 @@ class Cluster:
                 continue
             client = redis.Redis(port=server.port, socket_timeout=2)
             try:
-                for lo, hi, master, *_replicas in await client.execute_command("CLUSTER SLOTS"):  # type: ignore[no-untyped-call]
+                for lo, hi, master, *_replicas in await client.execute_command("CLUSTER SLOTS"):  # type: ignore[no-untyped-call,unused-ignore]
                     if lo <= slot <= hi:
                         port = int(master[1])
                         return next(s for s in self.servers if s.port == port)
@@ -103,7 +103,7 @@ async def _cluster_command(port: int, *args: object) -> Any:
 
     client = redis.Redis(port=port, socket_timeout=5)
     try:
-        return await client.execute_command(*args)  # type: ignore[no-untyped-call]
+        return await client.execute_command(*args)  # type: ignore[no-untyped-call,unused-ignore]
     finally:
         await client.aclose()
 
