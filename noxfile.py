@@ -123,11 +123,12 @@ def release(session: nox.Session) -> None:
     session.run("python", "-m", "build", "--outdir", dist)
     session.run("twine", "check", "--strict", *glob.glob(os.path.join(dist, "*")))
     # A stranger's first minutes, on the built wheel (not editable): the README's
-    # quickstart, pasted, against `python -m aiolock servers` (tests/wheel_smoke.py).
+    # blocks and the FastAPI tutorial, pasted, against `python -m aiolock servers`.
     (wheel,) = glob.glob(os.path.join(dist, "*.whl"))
     session.install("--force-reinstall", "--no-deps", wheel)
-    session.install(f"{wheel}[testing]")
-    session.run("python", os.path.abspath("tests/wheel_smoke.py"), os.path.abspath("README.md"))
+    session.install(f"{wheel}[testing,examples]")
+    smoke = [os.path.abspath(p) for p in ("tests/wheel_smoke.py", "README.md")]
+    session.run("python", *smoke, os.path.abspath("examples/fastapi_app.py"))
 
 
 @nox.session

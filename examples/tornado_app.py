@@ -1,7 +1,10 @@
 """Tornado: a RequestHandler that takes a lock per order, 409 when busy.
 
-pip install tornado
+python -m pip install 'aiolock-redis[examples]'
 AIOLOCK_NODES=redis://127.0.0.1:6379 python examples/tornado_app.py
+
+Busy (``LockTimeout``) answers 409; the nodes failing (``QuorumError``: down, or just
+started and still in their restart quarantine) answer 503 with ``Retry-After``.
 """
 
 from __future__ import annotations
@@ -30,6 +33,10 @@ class ChargeHandler(tornado.web.RequestHandler):
         except aiolock.LockTimeout:
             self.set_status(409)
             self.write(json.dumps({"error": f"order {oid} is being charged already"}))
+        except aiolock.QuorumError:
+            self.set_status(503)
+            self.set_header("Retry-After", "1")
+            self.write(json.dumps({"error": "locks are unavailable, retry shortly"}))
 
 
 def make_app(locks: aiolock.LockManager, charged: dict[int, int]) -> tornado.web.Application:

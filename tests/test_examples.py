@@ -154,6 +154,33 @@ async def test_tornado_concurrent_charges_of_one_order_run_once(urls: list[str])
     assert charged == {42: 1}
 
 
+async def test_tornado_answers_503_with_retry_after_against_fresh_servers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The suite's managers default to restart_grace=0 (conftest); a user's do not.
+    monkeypatch.setattr(LockManager, "__init__", LockManager.__init__.__wrapped__)  # type: ignore[attr-defined]
+    charged: dict[int, int] = {}
+    async with redis_servers(3) as fresh, LockManager(list(fresh)) as locks:
+        sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
+        port = sockets[0].getsockname()[1]
+        server = tornado.httpserver.HTTPServer(tornado_app.make_app(locks, charged))
+        server.add_sockets(sockets)
+        client = tornado.httpclient.AsyncHTTPClient()
+        try:
+            response = await client.fetch(
+                f"http://127.0.0.1:{port}/orders/42/charge",
+                method="POST",
+                body=b"",
+                raise_error=False,
+            )
+        finally:
+            server.stop()
+            await server.close_all_connections()
+        assert response.code == 503
+        assert response.headers["Retry-After"] == "1"
+        assert charged == {}
+
+
 def test_task_claim_every_job_exactly_once_with_a_worker_killed() -> None:
     result = run_example(
         str(EXAMPLES / "task_claim.py"), "--jobs", "2000", "--workers", "4", "--kill-one"
