@@ -174,11 +174,13 @@ class Grants:
         """The head's own attempt with ``token`` returned ``outcome``.
 
         Failed, it released the token on every node that may hold it (see
-        ``Quorum.acquire``): the grants there are undone.
+        ``Quorum.acquire``): the grants there are undone. Those nodes are the ones
+        the clean-up went to (``Attempt.cleaned``), not the ones whose verdict is
+        unknown now: a node's "held" that came after the decision, while the clean-up
+        was on its way there, is recorded in the votes too (issue 32, seed 200016431).
         """
         if isinstance(outcome, Attempt) and outcome.expires_at is None:
-            verdicts = outcome.votes.verdicts
-            self.undone(token, [i for i, yes in enumerate(verdicts) if yes is not False])
+            self.undone(token, list(outcome.cleaned))
 
     def undone(self, token: bytes, nodes: list[int]) -> None:
         """The head's own attempt with ``token`` failed and released it on ``nodes``.

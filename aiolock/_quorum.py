@@ -227,7 +227,7 @@ class Quorum:
             # After a split vote it must wake them: nobody holds the lock.
             message = (NOT_FREE,) if self._one_holder(votes) else ()
             await self._clean_up(key, token, cleanup, maybe_taken, message)
-        return Attempt(votes, None)
+        return Attempt(votes, None, cleaned=tuple(maybe_taken))
 
     async def _clean_up(
         self,

@@ -199,6 +199,10 @@ class Attempt:
     #: The token the key holds, when not the one the attempt was made with: a lease
     #: hands the waiter the lock as its holder took it (see ``_lease.lease``).
     token: bytes | None = None
+    #: The nodes a failed attempt's clean-up released the token on: those that had not
+    #: said "held" when it was decided. Not read from ``votes`` afterwards: a reply
+    #: that comes after the decision is still recorded there (see ``Grants.tried``).
+    cleaned: tuple[int, ...] = ()
 
     @property
     def acquired(self) -> bool:

@@ -580,6 +580,17 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "a failed attempt's cleaned nodes read from its votes after the decision",
+        "aiolock/_grants.py",
+        "            self.undone(token, list(outcome.cleaned))\n",
+        "            verdicts = outcome.votes.verdicts\n"
+        "            self.undone(token, [i for i, y in enumerate(verdicts) if y is not False])\n",
+        (
+            "tests/test_quorum.py::"
+            "test_a_node_the_clean_up_released_never_counts_for_a_grant_though_its_no_came_late",
+        ),
+    ),
+    Mutant(
         "a lock_many release cancelled midway leaves the other names held",
         "aiolock/_many.py",
         "            except anyio.get_cancelled_exc_class() as exc:\n"

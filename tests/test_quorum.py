@@ -6,6 +6,7 @@ Pure logic only: every test that touches Redis runs on real servers elsewhere.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,8 @@ import pytest
 
 from aiolock._batch import BATCH_BYTES, batch_chunks
 from aiolock._connection import MAX_KEY_ROUNDS
+from aiolock._grants import Grants
+from aiolock._handoff import Taker
 from aiolock._node import Callback
 from aiolock._quorum import Quorum
 from aiolock._scripts import ACQUIRE_SCRIPT, RAISE_FENCE_SCRIPT, RELEASE_SCRIPT, Script
@@ -315,3 +318,31 @@ async def test_a_fencing_token_no_majority_confirmed_is_not_handed_out() -> None
     raised = [[c for c in node.calls if c[1] == RAISE_FENCE_SCRIPT.sha] for node in nodes]
     assert [len(calls) for calls in raised] == [0, 0, 1, 1, 1]
     assert all(calls[0][-2] == b"100" for calls in raised[2:])
+
+
+async def test_a_node_the_clean_up_released_never_counts_for_a_grant_though_its_no_came_late() -> (
+    None
+):
+    """Issue 32, found by the simulation again (seed 200016431, with no fault at all).
+
+    The head's attempt was decided lost by two "held" replies before node 1 answered:
+    its clean-up released the token on node 1, deleting a grant that had just landed
+    there, and node 1's "held" came after the decision. The nodes whose grants no longer
+    count are the ones the clean-up released, not the ones still unanswered when the
+    attempt returns: counted, node 1 made a quorum with node 2, and the process took a
+    lock held on one node of three (another process acquired it too).
+    """
+    nodes = [FakeNode("n0", reply=HELD), FakeNode("n1", reply=HELD, delay=0.02)]
+    nodes.append(FakeNode("n2", reply=HELD))
+    quorum = Quorum(nodes, node_timeout=0.5, drift_factor=0.01, clock=time.monotonic)
+    attempt = await quorum.acquire(b"k", b"t", 10.0)
+    assert not attempt.acquired
+    assert [node.scripts() for node in nodes] == [["acquire"], ["acquire", "release"], ["acquire"]]
+    assert attempt.votes.verdicts[1] is False  # its "held" came after the decision
+    grants = Grants(quorum)
+    head = Taker(b"t", 10.0)
+    grants.tried(b"t", attempt)
+    sent = time.monotonic()
+    for node in (1, 2):  # node 1's grant message, for the grant the clean-up deleted
+        grants.heard(node, b"k", (b"t", 10.0, sent), 42, head=head, wake=lambda: None)
+    assert not head.future.done()  # node 2's grant alone counts: the head tries itself

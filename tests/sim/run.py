@@ -27,11 +27,24 @@ DRIFT = 0.009
 SETTLE = 2 * 3.0 * (1 + 2 * DRIFT) + 4.0
 
 
+#: The kinds of fault a schedule draws from ("delay" twice: it comes in two forms).
+KINDS = ("delay", "delay", "slow", "sever", "pause", "restart", "pubsub", "stall")
+#: Seeds from here on draw a *swarm* of kinds: each schedule uses a subset of 1 to 3 of
+#: them (swarm testing: a schedule with many faults of few kinds reaches further into
+#: each than one that spreads them over all kinds, and the subsets vary from seed to
+#: seed). Seeds below draw from every kind, as the seeds found before it did: they
+#: replay unchanged. The search starts up here.
+SWARM_FROM = 2**32
+
+
 def make_faults(seed: int, cfg: Config) -> list[Fault]:
     """The faults of a schedule, in time order."""
     rng = random.Random(f"faults-{seed}")
     count = rng.choice((0, 2, 4, 8, 12, 16))
-    kinds = ("delay", "delay", "slow", "sever", "pause", "restart", "pubsub", "stall")
+    kinds = KINDS
+    if seed >= SWARM_FROM:
+        swarm = random.Random(f"swarm-{seed}")
+        kinds = tuple(swarm.sample(sorted(set(KINDS)), swarm.randint(1, 3)))
     faults = []
     for _ in range(count):
         kind = rng.choice(kinds)
