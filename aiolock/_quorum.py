@@ -221,13 +221,14 @@ class Quorum:
             if expires_at > self.clock():
                 return Attempt(votes, expires_at, fence, start)
         maybe_taken = [i for i in range(self.n) if votes.verdicts[i] is not False]
+        cleaned: tuple[int, ...] = ()
         if maybe_taken:
-            # The clean-up frees nothing for others when one holder has a quorum
-            # (we lost a race): its message says so, and their waiters do not try.
-            # After a split vote it must wake them: nobody holds the lock.
-            message = (NOT_FREE,) if self._one_holder(votes) else ()
-            await self._clean_up(key, token, cleanup, maybe_taken, message)
-        return Attempt(votes, None, cleaned=tuple(maybe_taken))
+            # The clean-up frees nothing for others when one holder has a quorum (we
+            # lost a race): its message says so, and their waiters do not try. After
+            # a split vote it must wake them: nobody holds the lock.
+            message = (NOT_FREE,) if votes.one_holder() else ()
+            cleaned = await self._clean_up(key, token, cleanup, maybe_taken, message)
+        return Attempt(votes, None, cleaned=cleaned)
 
     async def _clean_up(
         self,
@@ -236,20 +237,15 @@ class Quorum:
         cleanup: Cleanup | None,
         only: list[int] | None,
         message: tuple[bytes, ...],
-    ) -> None:
+    ) -> tuple[int, ...]:
+        """Release ``token`` again; the nodes where it deleted it, or may have."""
         script, keys, args = cleanup or (RELEASE_SCRIPT, (), ())
-        await self.release(
+        released = await self.release(
             key, token, wait_all=True, only=only, script=script, more_keys=keys,
             more_args=(*args, *message),
         )  # fmt: skip
-
-    def _one_holder(self, votes: Votes) -> bool:
-        """Whether one holder (by its token's first bytes) said "held" on a quorum."""
-        counts: dict[bytes, int] = {}
-        for reply, verdict in zip(votes.replies, votes.verdicts, strict=True):
-            if verdict is False and len(reply) > 2:
-                counts[reply[2]] = counts.get(reply[2], 0) + 1
-        return any(count >= self.quorum for count in counts.values())
+        asked = range(self.n) if only is None else only
+        return tuple(i for i in asked if released.verdicts[i] is not False)
 
     async def _settle_fence(self, votes: Votes, fence_key: bytes, retention: bytes) -> int | None:
         """The fencing token of a won attempt, once a majority of counters reached it.

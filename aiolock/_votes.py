@@ -140,6 +140,14 @@ class Votes:
         """Nodes saying "not yours" alone make a quorum impossible: the lock is not held."""
         return self.no > self.n - self.quorum
 
+    def one_holder(self) -> bool:
+        """Whether one holder (by its token's first bytes) said "held" on a quorum."""
+        counts: dict[bytes, int] = {}
+        for reply, verdict in zip(self.replies, self.verdicts, strict=True):
+            if verdict is False and len(reply) > 2:
+                counts[reply[2]] = counts.get(reply[2], 0) + 1
+        return any(count >= self.quorum for count in counts.values())
+
     def errors(self, nodes: Sequence[NodeLike]) -> dict[object, BaseException]:
         """The failure of each failing node, keyed by what the user passed."""
         return {
@@ -199,9 +207,9 @@ class Attempt:
     #: The token the key holds, when not the one the attempt was made with: a lease
     #: hands the waiter the lock as its holder took it (see ``_lease.lease``).
     token: bytes | None = None
-    #: The nodes a failed attempt's clean-up released the token on: those that had not
-    #: said "held" when it was decided. Not read from ``votes`` afterwards: a reply
-    #: that comes after the decision is still recorded there (see ``Grants.tried``).
+    #: The nodes where a failed attempt's clean-up deleted the token, or may have (it
+    #: went to those that had not said "held" when the attempt was decided; a reply
+    #: after the decision is still recorded in ``votes``). See ``Grants.tried``.
     cleaned: tuple[int, ...] = ()
 
     @property

@@ -44,8 +44,11 @@ class FakeNode:
         delay: float | None = 0.0,
         clock: FakeClock | None = None,
         advance: float = 0.0,
+        *,
+        released: int = 1,
     ) -> None:
         self.spec = name
+        self.released = released  # the clean-up's reply: 1 deleted the token, 0 nothing
         self.name = name
         self.reply = reply
         self.delay = delay
@@ -69,7 +72,8 @@ class FakeNode:
             # The clean-up after a failed attempt deletes what this node took.
             self.calls.append((b"EVALSHA", script.sha, *args))
             if self.delay is not None:
-                asyncio.get_running_loop().call_later(self.delay, self._answer, callback, 1)
+                loop = asyncio.get_running_loop()
+                loop.call_later(self.delay, self._answer, callback, self.released)
             return
         self.call((b"EVALSHA", script.sha, *args), callback)
 
@@ -346,3 +350,21 @@ async def test_a_node_the_clean_up_released_never_counts_for_a_grant_though_its_
     for node in (1, 2):  # node 1's grant message, for the grant the clean-up deleted
         grants.heard(node, b"k", (b"t", 10.0, sent), 42, head=head, wake=lambda: None)
     assert not head.future.done()  # node 2's grant alone counts: the head tries itself
+
+
+async def test_a_grant_from_a_node_where_the_clean_up_deleted_nothing_still_counts() -> None:
+    # The clean-up found no token of ours there (it replied 0): any grant of the token
+    # came after it and stands. Leaving it out would cost the head an attempt, or a wait.
+    nodes = [FakeNode("n0", reply=HELD), FakeNode("n1", reply=HELD, delay=0.02, released=0)]
+    nodes.append(FakeNode("n2", reply=HELD))
+    quorum = Quorum(nodes, node_timeout=0.5, drift_factor=0.01, clock=time.monotonic)
+    attempt = await quorum.acquire(b"k", b"t", 10.0)
+    assert nodes[1].scripts() == ["acquire", "release"]
+    assert attempt.cleaned == ()
+    grants = Grants(quorum)
+    head = Taker(b"t", 10.0)
+    grants.tried(b"t", attempt)
+    sent = time.monotonic()
+    for node in (1, 2):
+        grants.heard(node, b"k", (b"t", 10.0, sent), 42, head=head, wake=lambda: None)
+    assert head.future.done()  # nodes 1 and 2: a quorum of 3

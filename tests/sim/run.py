@@ -41,7 +41,7 @@ def make_faults(seed: int, cfg: Config) -> list[Fault]:
     """The faults of a schedule, in time order."""
     rng = random.Random(f"faults-{seed}")
     count = rng.choice((0, 2, 4, 8, 12, 16))
-    kinds = KINDS
+    kinds: tuple[str, ...] = KINDS
     if seed >= SWARM_FROM:
         swarm = random.Random(f"swarm-{seed}")
         kinds = tuple(swarm.sample(sorted(set(KINDS)), swarm.randint(1, 3)))
