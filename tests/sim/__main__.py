@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -59,6 +60,14 @@ def _alarm(_signum: int, _frame: object) -> None:
 
 #: Real seconds a schedule may take before the search reports it (normal: under 3 s).
 RUNAWAY_SECONDS = 60
+#: The address space a search worker may use (a schedule normally needs well under 1 GiB).
+#: Over it, the schedule is reported with its seed: a worker the kernel kills for memory
+#: (one reached 18.7 GB on 2026-11-25) would lose its seed, and hang the pool.
+MEMORY_LIMIT = 4 << 30
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
 def _one(seed: int) -> tuple[int, bool, int, list[str], bool]:
@@ -68,6 +77,8 @@ def _one(seed: int) -> tuple[int, bool, int, list[str], bool]:
         result = run(seed)
     except _Runaway:  # neither busy nor stopped: replay it to see why
         return seed, True, 0, [f"runaway: over {RUNAWAY_SECONDS} s of real time"], False
+    except MemoryError:
+        return seed, True, 0, [f"runaway: over {MEMORY_LIMIT >> 30} GiB of memory"], False
     finally:
         signal.alarm(0)
     return seed, result.failed, result.holdings, result.violations, result.busy
@@ -79,7 +90,7 @@ def search(first: int, count: int | None, seconds: float | None, jobs: int) -> i
     seeds = range(first, first + count) if count is not None else range(first, 2**62)
     played = holdings = 0
     busy: list[int] = []
-    with multiprocessing.Pool(jobs) as pool:
+    with multiprocessing.Pool(jobs, initializer=_limit_memory) as pool:
         for seed, failed, held, violations, stopped in pool.imap(_one, seeds, chunksize=4):
             played += 1
             holdings += held
