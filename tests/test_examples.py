@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
@@ -25,6 +27,20 @@ sys.path.insert(0, str(EXAMPLES))
 
 import fastapi_app  # noqa: E402
 import tornado_app  # noqa: E402
+
+
+@asynccontextmanager
+async def tornado_serving(locks: LockManager, charged: dict[int, int]) -> AsyncIterator[str]:
+    """Serve the Tornado example on a free local port; yield the charge URL of order 42."""
+    sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
+    port = sockets[0].getsockname()[1]
+    server = tornado.httpserver.HTTPServer(tornado_app.make_app(locks, charged))
+    server.add_sockets(sockets)
+    try:
+        yield f"http://127.0.0.1:{port}/orders/42/charge"
+    finally:
+        server.stop()
+        await server.close_all_connections()
 
 
 def run_example(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -129,27 +145,11 @@ async def test_fastapi_refund_hands_the_order_lock_to_the_worker(urls: list[str]
 
 async def test_tornado_concurrent_charges_of_one_order_run_once(urls: list[str]) -> None:
     charged: dict[int, int] = {}
-    async with LockManager(urls) as locks:
-        sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
-        port = sockets[0].getsockname()[1]
-        server = tornado.httpserver.HTTPServer(tornado_app.make_app(locks, charged))
-        server.add_sockets(sockets)
+    async with LockManager(urls) as locks, tornado_serving(locks, charged) as url:
         client = tornado.httpclient.AsyncHTTPClient()
-        try:
-            responses = await asyncio.gather(
-                *(
-                    client.fetch(
-                        f"http://127.0.0.1:{port}/orders/42/charge",
-                        method="POST",
-                        body=b"",
-                        raise_error=False,
-                    )
-                    for _ in range(5)
-                )
-            )
-        finally:
-            server.stop()
-            await server.close_all_connections()
+        responses = await asyncio.gather(
+            *(client.fetch(url, method="POST", body=b"", raise_error=False) for _ in range(5))
+        )
     assert sorted(r.code for r in responses) == [200, 409, 409, 409, 409]
     assert charged == {42: 1}
 
@@ -160,22 +160,13 @@ async def test_tornado_answers_503_with_retry_after_against_fresh_servers(
     # The suite's managers default to restart_grace=0 (conftest); a user's do not.
     monkeypatch.setattr(LockManager, "__init__", LockManager.__init__.__wrapped__)  # type: ignore[attr-defined]
     charged: dict[int, int] = {}
-    async with redis_servers(3) as fresh, LockManager(list(fresh)) as locks:
-        sockets = tornado.netutil.bind_sockets(0, "127.0.0.1")
-        port = sockets[0].getsockname()[1]
-        server = tornado.httpserver.HTTPServer(tornado_app.make_app(locks, charged))
-        server.add_sockets(sockets)
+    async with (
+        redis_servers(3) as fresh,
+        LockManager(list(fresh)) as locks,
+        tornado_serving(locks, charged) as url,
+    ):
         client = tornado.httpclient.AsyncHTTPClient()
-        try:
-            response = await client.fetch(
-                f"http://127.0.0.1:{port}/orders/42/charge",
-                method="POST",
-                body=b"",
-                raise_error=False,
-            )
-        finally:
-            server.stop()
-            await server.close_all_connections()
+        response = await client.fetch(url, method="POST", body=b"", raise_error=False)
         assert response.code == 503
         assert response.headers["Retry-After"] == "1"
         assert charged == {}
