@@ -304,9 +304,14 @@ class Renewer:
                 f"renewal of lock {shown(hold.name)}: {batch.failed[j]} of {quorum.n} nodes failed",
                 batch.errors,
             )
-            # Retry, and leave time for one more try before giving up.
+            # Retry, and leave time for one more try before giving up; never sooner
+            # than a node can answer. (Half the time left alone came ever sooner as
+            # the deadline neared, then at once past it: when every node fails at
+            # once, in its reconnect back-off, a retry due at once fails without an
+            # await, and this task looped without letting the loop run the deadline.)
             renewal.due = now + min(
-                self.retry_interval(hold.ttl), max(0.0, (renewal.give_up_at - now) / 2)
+                self.retry_interval(hold.ttl),
+                max(quorum.node_timeout, (renewal.give_up_at - now) / 2),
             )
 
     def _repair(self, renewal: Renewal, nodes: list[int]) -> None:

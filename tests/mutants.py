@@ -591,6 +591,16 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "a failing renewal retries ever sooner as its deadline nears, at once past it",
+        "aiolock/_renewal.py",
+        "                max(quorum.node_timeout, (renewal.give_up_at - now) / 2),\n",
+        "                max(0.0, (renewal.give_up_at - now) / 2),\n",
+        (
+            "tests/test_renewal.py::"
+            "test_a_renewal_failing_at_once_past_its_deadline_is_given_up_not_retried",
+        ),
+    ),
+    Mutant(
         "a lock_many release cancelled midway leaves the other names held",
         "aiolock/_many.py",
         "            except anyio.get_cancelled_exc_class() as exc:\n"

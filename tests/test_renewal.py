@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import math
 import sys
 import time
@@ -13,6 +14,7 @@ import pytest
 import redis.asyncio as redis
 
 from aiolock import LockLost, LockManager, LockNotOwned, QuorumError
+from aiolock._renewal import Renewal
 from aiolock.testing import Server, Servers
 
 from .conftest import key, scripts_run
@@ -395,6 +397,61 @@ async def test_a_failing_renewal_retries_every_retry_interval_not_in_a_loop(
         assert all(3 <= n <= 8 for n in tries), tries
         assert lock.lost is None  # its validity (about 2.8 s) has not run out yet
         with contextlib.suppress(LockLost, QuorumError):
+            await lock.release()
+
+
+@pytest.mark.renewal_tick_may_fail  # (the old code's spin is broken by failing a tick)
+async def test_a_renewal_failing_at_once_past_its_deadline_is_given_up_not_retried(
+    servers: Servers, urls: list[str], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every node refuses (an outage, or the one Redis of a single-node manager
+    # restarting) and is in its reconnect back-off: a renewal fails at once, without
+    # awaiting anything (a node in back-off answers from its last error). One batch's
+    # answer is read late, past the lock's give-up time, with the deadline's timer not
+    # yet run: the loop was busy elsewhere (a stall, stood in for by a blocking sleep).
+    # Found by the simulation (seed 8018443683, nodes restarting): the renewer retried
+    # that lock at once, and again, each pass failing without an await, so the loop
+    # never ran the deadline: it spun at 100 % CPU while the back-off lasted (up to
+    # 0.5 s; for ever in virtual time), the holder told that much late. Measured on the
+    # old code: 10,000 to 12,500 passes in one stall of a few milliseconds.
+    async with LockManager(urls, node_timeout=0.05) as locks:
+        lock = locks.lock(name, ttl=1.0)
+        assert await lock.acquire(timeout=5)
+        assert lock._hold is not None
+        renewal = lock._hold.renewal
+        assert isinstance(renewal, Renewal)
+        quorum = locks._engine.renewal_quorum
+        for node in quorum.nodes:  # a back-off that outlasts the test: failing at once
+            monkeypatch.setattr(node, "_backoff", 30.0)
+        passes: list[float] = []  # when each renewal pass began, on the renewer's clock
+        stalled: list[bool] = []
+        extend_many = quorum.extend_many
+
+        async def late_read(*args: Any, **kwargs: Any) -> Any:
+            now = quorum.clock()
+            passes.append(now)
+            if sum(t >= renewal.give_up_at for t in passes) > 1000:
+                raise RuntimeError("spinning: stopped after 1000 passes")
+            batch = await extend_many(*args, **kwargs)
+            if not stalled and renewal.give_up_at - quorum.clock() < 0.15:
+                stalled.append(True)
+                time.sleep(max(0.0, renewal.give_up_at - quorum.clock()) + 0.002)
+            return batch
+
+        monkeypatch.setattr(quorum, "extend_many", late_read)
+        for server in servers.servers:
+            assert isinstance(server, Server)
+            server.kill()
+        lost = await asyncio.wait_for(lock.wait_lost(), 5)
+        assert stalled
+        late = [t for t in passes if t >= renewal.give_up_at]
+        assert late == [], f"{len(late)} renewal passes after the give-up time"
+        # Nor ever more often as the deadline nears: a retry waits a node_timeout at least.
+        gaps = [round(b - a, 4) for a, b in itertools.pairwise(passes)]
+        assert min(gaps) >= 0.05 * 0.95, gaps
+        assert str(lost).endswith("no quorum confirmed the renewal before validity ran out")
+        assert isinstance(lost.__cause__, QuorumError)
+        with contextlib.suppress(LockNotOwned, QuorumError):
             await lock.release()
 
 

@@ -50,8 +50,10 @@ def _show(result: Result, around: int) -> None:
         print("VIOLATION", problem)
 
 
-class _Runaway(Exception):
-    pass
+class _Runaway(KeyboardInterrupt):
+    """Raised by the alarm into whatever runs: a KeyboardInterrupt, the one kind that
+    asyncio lets out of a task and that no ``except Exception`` in the library swallows
+    (an Exception was: the renewer logged it as a failed tick and the run went on)."""
 
 
 def _alarm(_signum: int, _frame: object) -> None:
@@ -179,7 +181,17 @@ def main(argv: list[str]) -> int:
         print(f"searching from seed {args.first} ({args.jobs} jobs)", flush=True)
         return search(args.first, args.count, args.seconds, args.jobs)
     if args.command == "replay":
-        result = run(args.seed, args.keep)
+        _limit_memory()
+        signal.signal(signal.SIGALRM, _alarm)
+        signal.alarm(RUNAWAY_SECONDS)
+        try:
+            result = run(args.seed, args.keep)
+        except (_Runaway, MemoryError) as exc:  # a task that never awaits, as in the search
+            what = f"{RUNAWAY_SECONDS} s" if isinstance(exc, _Runaway) else "4 GiB of memory"
+            print(f"seed {args.seed}: FAILED, runaway: over {what} (a task that never awaits?)")
+            return 1
+        finally:
+            signal.alarm(0)
         _show(result, args.around)
         return 1 if result.failed else 0
     if args.command == "shrink":
