@@ -4,9 +4,11 @@ redis-py matrix, other Pythons, the demo, benchmarks, peers, chaos and mutants (
 on demand."""
 
 import glob
+import hashlib
 import os
 import shutil
 import sys
+from pathlib import Path
 
 import nox
 
@@ -191,6 +193,41 @@ def sim(session: nox.Session) -> None:
     session.run("python", "-m", "tests.sim", *(session.posargs or ["search"]))
 
 
+@nox.session(python=PYTHONS)
+def determinism(session: nox.Session) -> None:
+    """The simulation's histories, the same byte for byte on every Python version.
+
+    Each Python replays the same seeds (from the first seeds and from the swarm range)
+    and writes their digests under .nox/sim-digests/, keyed by a hash of the library's
+    and the simulation's sources; each compares its digests with those any other Python
+    wrote for the same sources. `nox -s determinism` runs them all (3.11 to 3.13).
+    """
+    session.install("-e", ".[test]")
+    sources = sorted([*Path("aiolock").rglob("*.py"), *Path("tests/sim").glob("*.py")])
+    fingerprint = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+    out = Path(".nox", "sim-digests", fingerprint)
+    out.mkdir(parents=True, exist_ok=True)
+    digests = ""
+    for first in ("1", str(2**32)):
+        digests += session.run(
+            "python", "-m", "tests.sim", "digests", "--first", first, "--count", "25",
+            silent=True,
+        )  # fmt: skip
+    version = session.python if isinstance(session.python, str) else THIS_PYTHON
+    (out / f"{version}.txt").write_text(digests)
+    others = {f.stem: f.read_text() for f in out.glob("*.txt") if f.stem != version}
+    for other, theirs in sorted(others.items()):
+        if theirs != digests:
+            differ = [
+                f"{mine.split()[0]}: {mine.split()[1]} here, {yours.split()[1]} on {other}"
+                for mine, yours in zip(digests.splitlines(), theirs.splitlines(), strict=False)
+                if mine != yours
+            ]
+            session.error(f"histories differ from Python {other}'s: {differ[:5]}")
+    compared = ", ".join(sorted(others)) or "no other Python yet (run it on another)"
+    session.log(f"50 seeds' histories on Python {version}: equal to those of {compared}")
+
+
 @nox.session
 def mutants(session: nox.Session) -> None:
     """Mutation testing of the safety modules: named mutants, then mutmut (long).
@@ -208,7 +245,7 @@ def mutants(session: nox.Session) -> None:
         # The tests must import the mutated copy in mutants/: with the project itself
         # installed (editable: this tree on sys.path) they import the original, and
         # mutmut finds no test for any mutant. Its dependencies stay.
-        session.run("python", "-m", "pip", "uninstall", "-y", "aiolock")
+        session.run("python", "-m", "pip", "uninstall", "-y", "aiolock-redis")
         try:
             # Eight at a time on 2 cores: the tests mostly wait for ttls and timers (two
             # children left the machine idle; eight keep its load about 2).

@@ -4,13 +4,16 @@
     python -m tests.sim replay SEED [--keep 0,3] [--around 40]
     python -m tests.sim shrink SEED
     python -m tests.sim mutants [NAME ...] [--seconds S]
+    python -m tests.sim digests [--first N] [--count K]
 
 ``search`` plays seeds first, first + 1, ... and stops at the first failing one, which
 it prints with the command that replays it; ``replay`` plays one seed (with only the
 faults numbered in ``--keep``) and prints its history around the first violation (or
 whole, with ``--around 0``) and its digest; ``shrink`` finds the fewest faults of a
 failing seed that still fail; ``mutants`` applies each named mutant of tests/mutants.py
-in turn and searches until the simulation kills it or the time is up.
+in turn and searches until the simulation kills it or the time is up; ``digests`` prints
+each seed's history digest, one per line (``nox -s determinism`` compares them across
+Python versions).
 
 The history is the same, byte for byte, for the same seed: ``PYTHONHASHSEED`` is fixed
 (the command re-executes itself with ``PYTHONHASHSEED=0`` when it is not).
@@ -174,7 +177,15 @@ def main(argv: list[str]) -> int:
     m.add_argument("names", nargs="*")
     m.add_argument("--seconds", type=float, default=300.0)
     m.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    d = sub.add_parser("digests")
+    d.add_argument("--first", type=int, default=1)
+    d.add_argument("--count", type=int, default=20)
     args = parser.parse_args(argv)
+    if args.command == "digests":
+        for seed in range(args.first, args.first + args.count):
+            result = run(seed)
+            print(f"{seed} {result.digest()} {len(result.history)} lines", flush=True)
+        return 0
     if args.command == "search":
         if args.count is None and args.seconds is None:
             args.seconds = 1800.0
