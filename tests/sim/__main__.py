@@ -29,6 +29,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections import deque
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from .run import SWARM_FROM, Result, run, shrink
@@ -90,13 +93,38 @@ def _one(seed: int) -> tuple[int, bool, int, list[str], bool]:
 
 
 def search(first: int, count: int | None, seconds: float | None, jobs: int) -> int:
-    """Play seeds until one fails (exit 1), ``count`` pass, or ``seconds`` run out."""
+    """Play seeds until one fails (exit 1), ``count`` pass, or ``seconds`` run out.
+
+    Seeds go to the workers one at a time, a few per worker ahead, and come back in
+    order. A worker that dies (killed by the kernel, or aborted by a Lua panic) breaks
+    the pool: the seeds it may have been playing are printed, and the search fails,
+    rather than wait for ever for a result that will never come.
+    """
     started = time.monotonic()
-    seeds = range(first, first + count) if count is not None else range(first, 2**62)
+    seeds = iter(range(first, first + count) if count is not None else range(first, 2**62))
     played = holdings = 0
     busy: list[int] = []
-    with multiprocessing.Pool(jobs, initializer=_limit_memory) as pool:
-        for seed, failed, held, violations, stopped in pool.imap(_one, seeds, chunksize=4):
+    context = multiprocessing.get_context("fork")
+    with ProcessPoolExecutor(jobs, mp_context=context, initializer=_limit_memory) as pool:
+        ahead: deque[tuple[int, Future[tuple[int, bool, int, list[str], bool]]]] = deque()
+
+        def fill() -> None:
+            while len(ahead) < 4 * jobs and (seed := next(seeds, None)) is not None:
+                ahead.append((seed, pool.submit(_one, seed)))
+
+        fill()
+        while ahead:
+            seed, future = ahead.popleft()
+            try:
+                seed, failed, held, violations, stopped = future.result()
+            except BrokenProcessPool:
+                playing = [seed, *(s for s, _ in ahead)][: jobs * 4]
+                print(
+                    f"a search worker died (killed for memory, or aborted) while playing one "
+                    f"of seeds {playing}, after {played} schedules: replay each with "
+                    f"python -m tests.sim replay SEED"
+                )
+                return 1
             played += 1
             holdings += held
             if stopped:
@@ -108,13 +136,15 @@ def search(first: int, count: int | None, seconds: float | None, jobs: int) -> i
                     print("  ", problem.splitlines()[0])
                 print(
                     f"replay: python -m tests.sim replay {seed}   "
-                    f"(nox -s sim -- replay {seed}); shrink: python -m tests.sim shrink {seed}"
+                    f"(nox -s sim -- replay {seed}); shrink: python -m tests.sim shrink {seed}",
+                    flush=True,
                 )
-                pool.terminate()
+                pool.shutdown(cancel_futures=True)
                 return 1
             if seconds is not None and time.monotonic() - started > seconds:
-                pool.terminate()
+                pool.shutdown(cancel_futures=True)
                 break
+            fill()
     took = time.monotonic() - started
     print(
         f"{played} schedules from seed {first}, {holdings} holdings checked, no violation, "
