@@ -78,17 +78,27 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
-def _one(seed: int) -> tuple[int, bool, int, list[str], bool]:
+def _guarded(seed: int, keep: list[int] | None = None) -> Result | str:
+    """Play ``seed`` within the runaway limits: its result, or why it ran away.
+
+    (The memory limit is set once per process: by the pool's initializer, or replay.)
+    """
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(RUNAWAY_SECONDS)
     try:
-        result = run(seed)
-    except _Runaway:  # neither busy nor stopped: replay it to see why
-        return seed, True, 0, [f"runaway: over {RUNAWAY_SECONDS} s of real time"], False
+        return run(seed, keep)
+    except _Runaway:  # neither busy nor stopped: a task that never awaits?
+        return f"runaway: over {RUNAWAY_SECONDS} s of real time"
     except MemoryError:
-        return seed, True, 0, [f"runaway: over {MEMORY_LIMIT >> 30} GiB of memory"], False
+        return f"runaway: over {MEMORY_LIMIT >> 30} GiB of memory"
     finally:
         signal.alarm(0)
+
+
+def _one(seed: int) -> tuple[int, bool, int, list[str], bool]:
+    result = _guarded(seed)
+    if isinstance(result, str):
+        return seed, True, 0, [result], False
     return seed, result.failed, result.holdings, result.violations, result.busy
 
 
@@ -118,7 +128,7 @@ def search(first: int, count: int | None, seconds: float | None, jobs: int) -> i
             try:
                 seed, failed, held, violations, stopped = future.result()
             except BrokenProcessPool:
-                playing = [seed, *(s for s, _ in ahead)][: jobs * 4]
+                playing = [seed, *(s for s, _ in ahead)]
                 print(
                     f"a search worker died (killed for memory, or aborted) while playing one "
                     f"of seeds {playing}, after {played} schedules: replay each with "
@@ -223,18 +233,12 @@ def main(argv: list[str]) -> int:
         return search(args.first, args.count, args.seconds, args.jobs)
     if args.command == "replay":
         _limit_memory()
-        signal.signal(signal.SIGALRM, _alarm)
-        signal.alarm(RUNAWAY_SECONDS)
-        try:
-            result = run(args.seed, args.keep)
-        except (_Runaway, MemoryError) as exc:  # a task that never awaits, as in the search
-            what = f"{RUNAWAY_SECONDS} s" if isinstance(exc, _Runaway) else "4 GiB of memory"
-            print(f"seed {args.seed}: FAILED, runaway: over {what} (a task that never awaits?)")
+        played = _guarded(args.seed, args.keep)
+        if isinstance(played, str):
+            print(f"seed {args.seed}: FAILED, {played}")
             return 1
-        finally:
-            signal.alarm(0)
-        _show(result, args.around)
-        return 1 if result.failed else 0
+        _show(played, args.around)
+        return 1 if played.failed else 0
     if args.command == "shrink":
         keep, result = shrink(args.seed)
         _show(result, 40)
