@@ -34,7 +34,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from .run import SWARM_FROM, Result, run, shrink
+from .run import LATE_FROM, Result, run, shrink
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -203,7 +203,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.sim")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("search")
-    s.add_argument("--first", type=int, default=SWARM_FROM + int.from_bytes(os.urandom(4), "big"))
+    s.add_argument("--first", type=int, default=LATE_FROM + int.from_bytes(os.urandom(4), "big"))
     s.add_argument("--count", type=int)
     s.add_argument("--seconds", type=float)
     s.add_argument("--jobs", type=int, default=os.cpu_count() or 1)

@@ -7,6 +7,12 @@ Safety (a violation fails the run):
   the last step of another. A semaphore never has more than ``limit`` holdings at once;
   a write lock never shares its time with any other holding of its rwlock.
 * **fencing**: the tokens of one name increase in the order its holdings began.
+* **kept**: at every step of a lock's holding, a quorum of nodes keep the lock's key
+  at least until the step's validity ends (a node restarted since the holding began
+  counts as keeping it: the quarantine keeps the others out there). The real-server
+  suite's ``watching`` rule (tests/test_late.py), read at every step without a
+  sampling delay. It needs no rival: a key cut short under a holder is a violation
+  even when nobody happened to take the lock in the gap.
 * **told in time**: a renewed holder whose lock is lost is told (its body cancelled)
   before its last validity estimate ends, at least half the guard before it (a body
   inside ``extend()`` a node_timeout later: the extension is shielded), unless a
@@ -91,6 +97,14 @@ def check_exclusion(holdings: list[Holding]) -> list[str]:
                         f"{first_b:.6f} while {clash[0].owner} ({clash[0].mode}) held it"
                     )
     return problems
+
+
+def check_kept(holdings: list[Holding]) -> list[str]:
+    return [
+        f"kept: {h.owner} {h.domain} token {h.token}: {short}"
+        for h in holdings
+        for short in h.short[:1]
+    ]
 
 
 def _stalled(stalls: list[tuple[float, float]], start: float, end: float) -> bool:

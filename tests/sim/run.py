@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib
 import random
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from .check import check_exclusion, check_keys, check_told
+from .check import check_exclusion, check_kept, check_keys, check_told
 from .workload import Config, Recorder, make_config, run_processes
 from .world import Deadlock, Fault, World, virtual_process
 
@@ -35,6 +37,41 @@ KINDS = ("delay", "delay", "slow", "sever", "pause", "restart", "pubsub", "stall
 #: seed). Seeds below draw from every kind, as the seeds found before it did: they
 #: replay unchanged. The search starts up here.
 SWARM_FROM = 2**32
+#: Seeds from here on also draw "late" faults (a burst of a client's commands held back
+#: past its node timeout), and half their schedules keep the library's bounded memories
+#: small (see :data:`MEMORIES`). Seeds below replay unchanged. The search starts here.
+LATE_FROM = 2**33
+#: The library's bounded memories and the sizes a schedule may give them. The library
+#: argues that forgetting is safe at any size; at its real sizes (1,024 tokens taken,
+#: 4,096 offers) a run of a few seconds never forgets, so the argument would go
+#: untested (issue 31's second break needed 1,024 handoffs before a late grant).
+MEMORIES = {
+    ("aiolock._grants", "_TAKEN_KEPT"): (1, 2, 8),
+    ("aiolock._turns", "_OFFERS_KEPT"): (1, 2, 8),
+}
+
+
+def make_memories(seed: int) -> dict[tuple[str, str], int]:
+    """The sizes of the library's bounded memories in ``seed``'s schedule (empty: real)."""
+    if seed < LATE_FROM:
+        return {}
+    rng = random.Random(f"memories-{seed}")
+    if rng.random() < 0.5:
+        return {}
+    return {where: rng.choice(sizes) for where, sizes in MEMORIES.items()}
+
+
+@contextmanager
+def memories(sizes: dict[tuple[str, str], int]) -> Iterator[None]:
+    """The library's memories at ``sizes`` while the run lasts."""
+    saved = {where: getattr(importlib.import_module(where[0]), where[1]) for where in sizes}
+    try:
+        for (module, name), size in sizes.items():
+            setattr(importlib.import_module(module), name, size)
+        yield
+    finally:
+        for (module, name), size in saved.items():
+            setattr(importlib.import_module(module), name, size)
 
 
 def make_faults(seed: int, cfg: Config) -> list[Fault]:
@@ -44,7 +81,8 @@ def make_faults(seed: int, cfg: Config) -> list[Fault]:
     kinds: tuple[str, ...] = KINDS
     if seed >= SWARM_FROM:
         swarm = random.Random(f"swarm-{seed}")
-        kinds = tuple(swarm.sample(sorted(set(KINDS)), swarm.randint(1, 3)))
+        every = {*KINDS, "late"} if seed >= LATE_FROM else set(KINDS)
+        kinds = tuple(swarm.sample(sorted(every), swarm.randint(1, 3)))
     faults = []
     for _ in range(count):
         kind = rng.choice(kinds)
@@ -77,6 +115,15 @@ def make_faults(seed: int, cfg: Config) -> list[Fault]:
             fault = Fault(at, kind, node, seconds=rng.uniform(0.02, 3.0))
         elif kind == "restart":
             fault = Fault(at, kind, node, seconds=rng.uniform(0.01, 2.0), flag=rng.random() < 0.8)
+        elif kind == "late":
+            fault = Fault(
+                at,
+                kind,
+                -1,
+                process,
+                seconds=rng.uniform(0.05, 2.0),
+                scale=rng.choice((0.1, 0.3, 0.6)),
+            )
         elif kind == "pubsub":
             fault = Fault(
                 at,
@@ -143,10 +190,13 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         resumed = max((n.paused_until for n in world.nodes), default=0.0)
         await asyncio.sleep(max(0.0, resumed - world.now) + SETTLE)
 
+    sizes = make_memories(seed)
     world.trace(f"seed {seed} config {cfg}")
+    if sizes:
+        world.trace(f"memories {', '.join(f'{n}={v}' for (_m, n), v in sizes.items())}")
     for i, fault in enumerate(faults):
         world.trace(f"planned #{i} {fault}")
-    with virtual_process(world, seed):
+    with virtual_process(world, seed), memories(sizes):
         try:
             with asyncio.Runner(loop_factory=lambda: world.loop) as runner:
                 runner.run(main())
@@ -167,6 +217,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         *rec.crashes,
         *errors,
         *check_exclusion(rec.holdings),
+        *check_kept(rec.holdings),
         *check_told(rec.holdings, world.stalls),
         *check_keys(keys),
     ]

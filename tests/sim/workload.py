@@ -37,6 +37,8 @@ from aiolock import (
 from .world import World, current_process
 
 NODE_TIMEOUT = 0.05
+#: A lock's key on the nodes (the default prefix).
+KEY = b"aiolock:{%s}"
 
 
 @dataclass
@@ -54,6 +56,9 @@ class Holding:
     told_at: float | None = None  # when the body was cancelled for the loss
     told_in_extend: bool = False  # the cancellation waited for an extend() in flight
     ran_out: float | None = None  # when a renewed body saw remaining() == 0 untold
+    #: Steps at which a quorum of nodes did not keep the lock's key as long as the
+    #: step believed (the first few, described): see check.check_kept.
+    short: list[str] = field(default_factory=list)
 
     def step(self, now: float, remaining: float) -> None:
         self.steps.append((now, now + remaining))
@@ -105,6 +110,19 @@ class Recorder:
     def holding(self, h: Holding) -> Holding:
         self.holdings.append(h)
         return h
+
+    def step(self, h: Holding, now: float, remaining: float) -> None:
+        """A moment ``h`` believed it held, until ``now + remaining``; for a lock, what
+        the nodes keep is read at that moment."""
+        h.step(now, remaining)
+        if h.domain[0] != "lock" or len(h.short) >= 3:
+            return
+        world = self.world
+        short = world.keeping(KEY % h.domain[1].encode(), now + remaining, h.steps[0][0])
+        if len(short) > len(world.nodes) - (len(world.nodes) // 2 + 1):
+            h.short.append(
+                f"at {now:.6f} it read {remaining:.6f} s left; not kept on {', '.join(short)}"
+            )
 
 
 class Worker:
@@ -186,7 +204,7 @@ class Worker:
                             h.ran_out = now
                     return
                 for h in holds:
-                    h.step(now, remaining)
+                    self.rec.step(h, now, remaining)
                 if now >= until:
                     return
                 if extend and self.rng.random() < 0.08:

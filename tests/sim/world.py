@@ -11,9 +11,11 @@ Each connection is two ordered pipes (as TCP): a message sent at ``t`` arrives a
 ``max(t + latency, the previous message's arrival)``. The latency of every message is
 drawn from the world's random stream, so messages on *different* connections of one
 client overtake each other when a delay fault is on. Faults (see :class:`Fault`):
-delay, sever (with the commands in flight applied or not), pause, restart empty (with
-a new run_id or, as after a restore behind the quarantine's back, the same), pub/sub
-messages late or lost, and client stalls (the loop blocked: time passes, nothing runs).
+delay, slow (one connection of a client), late (a burst of a client's commands held
+back on some nodes past its node timeout), sever (with the commands in flight applied
+or not), pause, restart empty (with a new run_id or, as after a restore behind the
+quarantine's back, the same), pub/sub messages late or lost, and client stalls (the
+loop blocked: time passes, nothing runs).
 Node clocks drift: each node's clock runs at its own rate within the drift bound.
 """
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import math
 import os
 import random
 import secrets
@@ -449,11 +452,11 @@ class Fault:
     """One fault of a schedule: at ``at`` (virtual seconds after the start), ``kind``."""
 
     at: float
-    kind: str  # delay, sever, pause, restart, pubsub, stall
+    kind: str  # delay, slow, late, sever, pause, restart, pubsub, stall
     node: int = 0
     process: int = -1  # -1: every process
     seconds: float = 0.0  # how long it lasts
-    scale: float = 0.0  # delay: the mean extra latency; pubsub: chance of loss
+    scale: float = 0.0  # delay: the mean extra latency; pubsub, late: a chance
     flag: bool = False  # sever: in-flight applied; restart: new run_id; delay: one link
     rank: int = 0  # slow: which of the process's command connections (by age)
 
@@ -463,6 +466,7 @@ class Fault:
             f"{self.seconds:.3f}s mean +{self.scale * 1000:.1f}ms",
             "slow": f"p{self.process} command link {self.rank} on a majority "
             f"{self.seconds:.3f}s mean +{self.scale * 1000:.1f}ms",
+            "late": f"p{self.process} {self.seconds:.3f}s bursts held {self.scale:.2f}",
             "sever": f"n{self.node} p{self.process} {'applied' if self.flag else 'lost'}",
             "pause": f"n{self.node} {self.seconds:.3f}s",
             "restart": f"n{self.node} down {self.seconds:.3f}s "
@@ -504,6 +508,10 @@ class World:
         self.links: list[Link] = []
         self._delays: list[tuple[Fault, set[Link] | None]] = []
         self._pubsub: list[Fault] = []
+        self._late: list[Fault] = []
+        #: The fate of the burst being sent now (see :meth:`_held_back`): (process,
+        #: instant) and the extra latency per node it is held back on.
+        self._burst: tuple[tuple[int, float], dict[int, float]] | None = None
         #: When the loop was blocked (start, end), as it happened (a stall can push the
         #: faults planned during it later).
         self.stalls: list[tuple[float, float]] = []
@@ -539,6 +547,8 @@ class World:
 
     def latency(self, link: Link, direction: str) -> float:
         latency = self.rng.uniform(*BASE_LATENCY)
+        if self._late and direction == "up" and link.kind == "commands":
+            latency += self._held_back(link)
         for fault, only in self._delays:
             if (
                 (link in only)
@@ -547,6 +557,35 @@ class World:
             ):
                 latency += self.rng.expovariate(1.0 / fault.scale)
         return latency
+
+    def _held_back(self, link: Link) -> float:
+        """Under a late fault: how long this command is held back (0.0: not at all).
+
+        A *burst* is what a process sends in one instant (a quorum's fan-out, a renewal
+        batch, a release): running code costs no virtual time, so a burst's commands
+        share ``now``. Each burst of the process is held back with the fault's chance,
+        on one node, a majority or all of them, by 0.01 to 1 s per node: mostly past
+        the client's node timeout, so the client gives up on the command and it lands
+        later, after whatever the client did next (the question the late-message rows
+        of the safety table answer). The link's later messages queue behind it (a
+        connection is ordered); the process's other connections go on at once.
+        """
+        process = link.process
+        key = (process, self.now)
+        if self._burst is None or self._burst[0] != key:
+            held: dict[int, float] = {}
+            for fault in self._late:
+                if fault.process in (-1, process) and self.rng.random() < fault.scale:
+                    count = self.rng.choice((1, len(self.nodes) // 2 + 1, len(self.nodes)))
+                    for node in self.rng.sample(self.nodes, count):
+                        held[node.index] = self.rng.uniform(0.01, 1.0)
+                    self.trace(
+                        f"p{process} burst held back: "
+                        + ", ".join(f"n{i} +{s * 1000:.1f}ms" for i, s in sorted(held.items()))
+                    )
+                    break
+            self._burst = (key, held)
+        return self._burst[1].get(link.node.index, 0.0)
 
     def pubsub_fate(self, link: Link) -> float | None:
         """The latency of a pub/sub message, ``None`` when it is lost."""
@@ -557,6 +596,35 @@ class World:
                     return None
                 latency += self.rng.expovariate(1.0 / 0.05)
         return latency
+
+    # -- what the nodes keep (for the checker) ---------------------------------------
+
+    def keeping(self, key: bytes, until: float, since: float) -> list[str]:
+        """The nodes that do *not* keep ``key`` until ``until`` (virtual time), each as
+        ``"n<i> <what it keeps>"``; a node restarted since ``since`` keeps it, as far as
+        the checker is concerned (the library's quarantine keeps others out there).
+
+        Read without touching the store (an expired key is not removed): sampling
+        changes nothing in the run.
+        """
+        short = []
+        for node in self.nodes:
+            if node.started > since:
+                continue
+            store = node.store
+            expiry = store.expires.get(key)
+            if key in store.data and expiry is None:
+                continue
+            # The node's clock (ms) back to virtual seconds.
+            ends = (
+                EPOCH + (expiry / 1000.0 - EPOCH) / node.rate
+                if key in store.data and expiry is not None
+                else -math.inf
+            )
+            if ends < until:
+                kept = f"until {ends:.6f}" if ends > self.now else "nothing"
+                short.append(f"n{node.index} {kept}")
+        return short
 
     # -- faults ----------------------------------------------------------------------
 
@@ -594,6 +662,9 @@ class World:
             entry = (fault, only)
             self._delays.append(entry)
             self.loop.call_at(self.now + fault.seconds, self._delays.remove, entry)
+        elif kind == "late":
+            self._late.append(fault)
+            self.loop.call_at(self.now + fault.seconds, self._late.remove, fault)
         elif kind == "pubsub":
             self._pubsub.append(fault)
             self.loop.call_at(self.now + fault.seconds, self._pubsub.remove, fault)
