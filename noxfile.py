@@ -198,8 +198,8 @@ def sim(session: nox.Session) -> None:
 def determinism(session: nox.Session) -> None:
     """The simulation's histories, the same byte for byte on every Python version.
 
-    Each Python replays the same seeds (from the first seeds, the swarm range and the
-    search's range, with its late bursts and small memories)
+    Each Python replays the same seeds (from the first seeds and from each later range:
+    the swarm, late bursts and small memories, leases)
     and writes their digests under .nox/sim-digests/, keyed by a hash of the library's
     and the simulation's sources; each compares its digests with those any other Python
     wrote for the same sources. `nox -s determinism` runs them all (3.11 to 3.13).
@@ -210,7 +210,7 @@ def determinism(session: nox.Session) -> None:
     out = Path(".nox", "sim-digests", fingerprint)
     out.mkdir(parents=True, exist_ok=True)
     digests = ""
-    for first in ("1", str(2**32), str(2**33)):
+    for first in ("1", str(2**32), str(2**33), str(2**34)):
         digests += session.run(
             "python", "-m", "tests.sim", "digests", "--first", first, "--count", "25",
             silent=True,

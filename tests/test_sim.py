@@ -27,8 +27,8 @@ from tests.conftest import Servers
 
 pytest.importorskip("lupa")
 
-from tests.sim.run import LATE_FROM
 from tests.sim.server import Error, Status, Store
+from tests.sim.workload import LEASES_FROM
 
 ROOT = Path(__file__).resolve().parent.parent
 #: How many schedules every run of the suite searches (``nox -s sim`` searches on).
@@ -289,12 +289,12 @@ def test_issue_31s_breaks_are_caught_with_their_fixes_reverted(
 
 @pytest.mark.timeout(900)  # about 40 s each on 2 idle cores
 @pytest.mark.parametrize(
-    "first", [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), LATE_FROM], ids=["first", "late"]
+    "first", [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), LEASES_FROM], ids=["first", "leases"]
 )
 def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
     """At least 2,000 schedules (``AIOLOCK_SIM_SCHEDULES``), half from the first seeds
     (every kind of fault in each schedule), half from where the search starts (a swarm
-    of kinds, "late" bursts, small memories): the search must find nothing."""
+    of kinds, "late" bursts, small memories, leases): the search must find nothing."""
     count = BUDGET // 2
     out = subprocess.run(
         [sys.executable, "-m", "tests.sim", "search", "--first", str(first), "--count", str(count)],

@@ -34,7 +34,8 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from .run import LATE_FROM, Result, run, shrink
+from .run import Result, run, shrink
+from .workload import LEASES_FROM
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -203,7 +204,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.sim")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("search")
-    s.add_argument("--first", type=int, default=LATE_FROM + int.from_bytes(os.urandom(4), "big"))
+    s.add_argument("--first", type=int, default=LEASES_FROM + int.from_bytes(os.urandom(4), "big"))
     s.add_argument("--count", type=int)
     s.add_argument("--seconds", type=float)
     s.add_argument("--jobs", type=int, default=os.cpu_count() or 1)

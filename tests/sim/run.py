@@ -39,7 +39,8 @@ KINDS = ("delay", "delay", "slow", "sever", "pause", "restart", "pubsub", "stall
 SWARM_FROM = 2**32
 #: Seeds from here on also draw "late" faults (a burst of a client's commands held back
 #: past its node timeout), and half their schedules keep the library's bounded memories
-#: small (see :data:`MEMORIES`). Seeds below replay unchanged. The search starts here.
+#: small (see :data:`MEMORIES`). Seeds below replay unchanged. From LEASES_FROM (2**34,
+#: workload.py) on, the workload makes leases too; the search starts there.
 LATE_FROM = 2**33
 #: The library's bounded memories and the sizes a schedule may give them. The library
 #: argues that forgetting is safe at any size; at its real sizes (1,024 tokens taken,
@@ -191,7 +192,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         await asyncio.sleep(max(0.0, resumed - world.now) + SETTLE)
 
     sizes = make_memories(seed)
-    world.trace(f"seed {seed} config {cfg}")
+    world.trace(f"seed {seed} config {cfg.describe()}")
     if sizes:
         world.trace(f"memories {', '.join(f'{n}={v}' for (_m, n), v in sizes.items())}")
     for i, fault in enumerate(faults):

@@ -74,14 +74,29 @@ class Config:
     names: tuple[str, ...]
     seconds: float
     ops: tuple[str, ...]
+    #: From LEASES_FROM on (else None and 0.0, drawing nothing): every acquisition of
+    #: the run with this ttl (as a service's code passes one ttl per name), and the
+    #: chance that a body is short (at most 1 % of its ttl). Both are what a lease
+    #: needs: a handoff within a process to a waiter with the holder's ttl, while the
+    #: lock is fresh. Without them no lease was ever made (0 in 205 handoffs).
+    ttl: float | None = field(default=None, repr=False)
+    short: float = field(default=0.0, repr=False)
 
+    def describe(self) -> str:
+        extra = f" ttl {self.ttl:.3f}" if self.ttl is not None else ""
+        return f"{self}{extra}" + (f" short {self.short:.2f}" if self.short else "")
+
+
+#: Seeds from here on draw ``Config.ttl`` and ``Config.short``; seeds below replay
+#: unchanged. The search starts here (see run.py for the ranges below it).
+LEASES_FROM = 2**34
 
 OPS = ("lock", "lock", "lock", "manual", "extend", "reentrant", "handover", "sem", "rw", "many")
 
 
 def make_config(seed: int) -> Config:
     rng = random.Random(f"config-{seed}")
-    return Config(
+    cfg = Config(
         nodes=rng.choice((3, 3, 5)),
         processes=rng.choice((2, 2, 3)),
         tasks=rng.choice((1, 2, 3)),
@@ -89,6 +104,11 @@ def make_config(seed: int) -> Config:
         seconds=rng.uniform(2.0, 6.0),
         ops=tuple(rng.sample(OPS, rng.randint(3, len(OPS)))),
     )
+    if seed >= LEASES_FROM:
+        more = random.Random(f"workload-{seed}")
+        cfg.ttl = more.uniform(0.3, 3.0) if more.random() < 0.5 else None
+        cfg.short = more.choice((0.0, 0.3, 0.7))
+    return cfg
 
 
 class Recorder:
@@ -177,7 +197,15 @@ class Worker:
     # -- helpers -----------------------------------------------------------------------
 
     def _ttl(self) -> float:
+        if self.cfg.ttl is not None:
+            return self.cfg.ttl
         return self.rng.uniform(0.3, 3.0)
+
+    def _work(self, scale: float, ttl: float) -> float:
+        """How long a body works: up to ``scale`` ttls, or (short) up to 1 % of one."""
+        if self.cfg.short and self.rng.random() < self.cfg.short:
+            return self.rng.uniform(0.0, 0.01) * ttl
+        return self.rng.uniform(0.0, scale) * ttl
 
     def _timeout(self) -> float:
         return self.rng.choice((0.0, self.rng.uniform(0.05, 3.0)))
@@ -261,7 +289,7 @@ class Worker:
             h = self._holding(
                 ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=renew
             )
-            await self._body(lock, [h], self.rng.uniform(0.0, 2.0) * lock.ttl, extend=extend)
+            await self._body(lock, [h], self._work(2.0, lock.ttl), extend=extend)
 
     async def op_extend(self, end: float) -> None:
         await self.op_lock(end, extend=True)
@@ -276,7 +304,7 @@ class Worker:
             ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=False
         )
         try:
-            await self._body(lock, [h], self.rng.uniform(0.0, 1.5) * lock.ttl, extend=True)
+            await self._body(lock, [h], self._work(1.5, lock.ttl), extend=True)
         finally:
             with contextlib.suppress(LockNotOwned):
                 await lock.release()
@@ -288,11 +316,11 @@ class Worker:
             h = self._holding(
                 ("lock", name), "x", outer, outer.fencing_token, outer.fencing_token, renewed=True
             )
-            await self._body(outer, [h], self.rng.uniform(0.0, 0.5) * outer.ttl)
+            await self._body(outer, [h], self._work(0.5, outer.ttl))
             inner = self.locks.lock(name, ttl=outer.ttl, timeout=0, reentrant=True)
             async with inner:
-                await self._body(inner, [h], self.rng.uniform(0.0, 0.5) * outer.ttl)
-            await self._body(outer, [h], self.rng.uniform(0.0, 0.5) * outer.ttl)
+                await self._body(inner, [h], self._work(0.5, outer.ttl))
+            await self._body(outer, [h], self._work(0.5, outer.ttl))
 
     async def op_handover(self, end: float) -> None:
         """Detach the lock and attach it again (as another task or process would)."""
@@ -307,7 +335,7 @@ class Worker:
             ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=False
         )
         try:
-            await self._body(lock, [h], self.rng.uniform(0.0, 0.5) * lock.ttl)
+            await self._body(lock, [h], self._work(0.5, lock.ttl))
         except BaseException:
             with contextlib.suppress(LockError):
                 await lock.release()
@@ -318,7 +346,7 @@ class Worker:
         again = await self.locks.attach(ticket)
         self.rec.event(self.owner, f"attached token {again.fencing_token}")
         try:
-            await self._body(again, [h], self.rng.uniform(0.0, 1.0) * again.ttl)
+            await self._body(again, [h], self._work(1.0, again.ttl))
         finally:
             with contextlib.suppress(LockNotOwned):
                 await again.release()
@@ -335,7 +363,7 @@ class Worker:
                 sem.fencing_token,
                 renewed=True,
             )
-            await self._body(sem, [h], self.rng.uniform(0.0, 1.5) * sem.ttl)
+            await self._body(sem, [h], self._work(1.5, sem.ttl))
 
     async def op_rw(self, end: float) -> None:
         name = "rw-" + self.rng.choice(self.cfg.names)
@@ -351,7 +379,7 @@ class Worker:
                 handle.fencing_token,
                 renewed=True,
             )
-            await self._body(handle, [h], self.rng.uniform(0.0, 1.5) * handle.ttl)
+            await self._body(handle, [h], self._work(1.5, handle.ttl))
 
     async def op_many(self, end: float) -> None:
         names = sorted(set(self.rng.sample(("a", "b", "c"), 2)) | {self.rng.choice(self.cfg.names)})
@@ -362,7 +390,7 @@ class Worker:
                 self._holding(("lock", n), "x", many, tokens.get(n), tokens.get(n), renewed=True)
                 for n in names
             ]
-            await self._body(many, holds, self.rng.uniform(0.0, 1.5) * many.ttl)
+            await self._body(many, holds, self._work(1.5, many.ttl))
 
 
 async def run_processes(world: World, cfg: Config, rec: Recorder, seed: int) -> None:
