@@ -614,13 +614,20 @@ MUTANTS = [
 ]
 
 
-def run_mutated(mutant: Mutant, command: list[str]) -> subprocess.CompletedProcess[str]:
-    """Apply ``mutant``, run ``command`` in the tree, restore the file."""
-    path = ROOT / mutant.path
+def apply(mutant: Mutant, root: Path = ROOT) -> str:
+    """Write ``mutant`` into the tree at ``root``; return the file's source before."""
+    path = root / mutant.path
     source = path.read_text()
     if source.count(mutant.old) != 1:
         raise SystemExit(f"{mutant.name}: its anchor is not found once in {mutant.path}")
     path.write_text(source.replace(mutant.old, mutant.new))
+    return source
+
+
+def run_mutated(mutant: Mutant, command: list[str]) -> subprocess.CompletedProcess[str]:
+    """Apply ``mutant``, run ``command`` in the tree, restore the file."""
+    path = ROOT / mutant.path
+    source = apply(mutant)
     try:
         return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
     finally:

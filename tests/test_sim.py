@@ -257,18 +257,14 @@ def test_issue_31s_breaks_are_caught_with_their_fixes_reverted(
     pass on the mutants too (checked when they were found); break 1's one fault is a
     "late" burst (world.py).
     """
-    from tests.mutants import MUTANTS
+    from tests.mutants import MUTANTS, apply
 
-    mutant = next(m for m in MUTANTS if m.name == name)
     shutil.copytree(ROOT / "aiolock", tmp_path / "aiolock")
     shutil.copytree(
         ROOT / "tests" / "sim", tmp_path / "tests" / "sim", ignore=shutil.ignore_patterns("*.pyc")
     )
     (tmp_path / "tests" / "__init__.py").write_text("")
-    path = tmp_path / mutant.path
-    source = path.read_text()
-    assert source.count(mutant.old) == 1
-    path.write_text(source.replace(mutant.old, mutant.new))
+    apply(next(m for m in MUTANTS if m.name == name), tmp_path)
     args = [
         sys.executable,
         "-m",

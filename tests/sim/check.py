@@ -88,9 +88,9 @@ def check_exclusion(holdings: list[Holding]) -> list[str]:
 
 def check_kept(holdings: list[Holding]) -> list[str]:
     return [
-        f"kept: {h.owner} {h.domain} token {h.token}: {short}"
+        f"kept: {h.owner} {h.domain} token {h.token}: {h.short}"
         for h in holdings
-        for short in h.short[:1]
+        if h.short is not None
     ]
 
 

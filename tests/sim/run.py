@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import importlib
 import random
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
+from unittest import mock
 
 from .check import check_exclusion, check_kept, check_keys, check_told
 from .workload import Config, Recorder, make_config, run_processes
@@ -47,12 +47,12 @@ LATE_FROM = 2**33
 #: 4,096 offers) a run of a few seconds never forgets, so the argument would go
 #: untested (issue 31's second break needed 1,024 handoffs before a late grant).
 MEMORIES = {
-    ("aiolock._grants", "_TAKEN_KEPT"): (1, 2, 8),
-    ("aiolock._turns", "_OFFERS_KEPT"): (1, 2, 8),
+    "aiolock._grants._TAKEN_KEPT": (1, 2, 8),
+    "aiolock._turns._OFFERS_KEPT": (1, 2, 8),
 }
 
 
-def make_memories(seed: int) -> dict[tuple[str, str], int]:
+def make_memories(seed: int) -> dict[str, int]:
     """The sizes of the library's bounded memories in ``seed``'s schedule (empty: real)."""
     if seed < LATE_FROM:
         return {}
@@ -63,16 +63,12 @@ def make_memories(seed: int) -> dict[tuple[str, str], int]:
 
 
 @contextmanager
-def memories(sizes: dict[tuple[str, str], int]) -> Iterator[None]:
+def memories(sizes: dict[str, int]) -> Iterator[None]:
     """The library's memories at ``sizes`` while the run lasts."""
-    saved = {where: getattr(importlib.import_module(where[0]), where[1]) for where in sizes}
-    try:
-        for (module, name), size in sizes.items():
-            setattr(importlib.import_module(module), name, size)
+    with ExitStack() as stack:
+        for where, size in sizes.items():
+            stack.enter_context(mock.patch(where, size))
         yield
-    finally:
-        for (module, name), size in saved.items():
-            setattr(importlib.import_module(module), name, size)
 
 
 def make_faults(seed: int, cfg: Config) -> list[Fault]:
@@ -194,7 +190,8 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     sizes = make_memories(seed)
     world.trace(f"seed {seed} config {cfg.describe()}")
     if sizes:
-        world.trace(f"memories {', '.join(f'{n}={v}' for (_m, n), v in sizes.items())}")
+        shown = ", ".join(f"{where.rsplit('.', 1)[1]}={size}" for where, size in sizes.items())
+        world.trace(f"memories {shown}")
     for i, fault in enumerate(faults):
         world.trace(f"planned #{i} {fault}")
     with virtual_process(world, seed), memories(sizes):

@@ -56,9 +56,9 @@ class Holding:
     told_at: float | None = None  # when the body was cancelled for the loss
     told_in_extend: bool = False  # the cancellation waited for an extend() in flight
     ran_out: float | None = None  # when a renewed body saw remaining() == 0 untold
-    #: Steps at which a quorum of nodes did not keep the lock's key as long as the
-    #: step believed (the first few, described): see check.check_kept.
-    short: list[str] = field(default_factory=list)
+    #: The first step at which a quorum of nodes did not keep the lock's key as long
+    #: as the step believed, described: see check.check_kept.
+    short: str | None = None
 
     def step(self, now: float, remaining: float) -> None:
         self.steps.append((now, now + remaining))
@@ -135,14 +135,12 @@ class Recorder:
         """A moment ``h`` believed it held, until ``now + remaining``; for a lock, what
         the nodes keep is read at that moment."""
         h.step(now, remaining)
-        if h.domain[0] != "lock" or len(h.short) >= 3:
+        if h.domain[0] != "lock" or h.short is not None:
             return
         world = self.world
         short = world.keeping(KEY % h.domain[1].encode(), now + remaining, h.steps[0][0])
         if len(short) > len(world.nodes) - (len(world.nodes) // 2 + 1):
-            h.short.append(
-                f"at {now:.6f} it read {remaining:.6f} s left; not kept on {', '.join(short)}"
-            )
+            h.short = f"at {now:.6f} it read {remaining:.6f} s left; not kept on {', '.join(short)}"
 
 
 class Worker:

@@ -611,16 +611,12 @@ class World:
         for node in self.nodes:
             if node.started > since:
                 continue
-            store = node.store
-            expiry = store.expires.get(key)
-            if key in store.data and expiry is None:
-                continue
-            # The node's clock (ms) back to virtual seconds.
-            ends = (
-                EPOCH + (expiry / 1000.0 - EPOCH) / node.rate
-                if key in store.data and expiry is not None
-                else -math.inf
-            )
+            ends = -math.inf
+            if key in node.store.data:
+                expiry = node.store.expires.get(key)
+                if expiry is None:
+                    continue
+                ends = EPOCH + (expiry / 1000.0 - EPOCH) / node.rate  # node ms: virtual s
             if ends < until:
                 kept = f"until {ends:.6f}" if ends > self.now else "nothing"
                 short.append(f"n{node.index} {kept}")
