@@ -20,7 +20,8 @@ timer at its deadline (``give_up_at``, or ``max_hold``), moved whenever the lock
 validity changes, and the timer fires even while a renewal batch still waits for
 hung nodes. (Before, the deadline was looked at only between batches, and a batch
 may wait ``ttl / 6``: holders of locks with ttl above a second were told after
-their lock had expired.)
+their lock had expired.) A deadline that has passed is final: a confirmation read
+after it (the loop was blocked) declares the loss rather than moving the timer.
 
 Loss sets :attr:`Renewal.lost`, makes the lock not ``owned``, wakes
 :meth:`Renewal.wait_lost` and runs the ``on_lost`` callbacks (``async with`` uses
@@ -83,7 +84,18 @@ class Renewal:
         self._schedule(hold.ttl)  # sets due and give_up_at, arms the timer
 
     def validity_changed(self, ttl: float) -> None:
-        """The hold's validity was set by an extension of ``ttl``: move the schedule."""
+        """The hold's validity was set by an extension of ``ttl``: move the schedule.
+
+        Unless the deadline has passed: then the lock is lost now, as the deadline's
+        timer would have said. A confirmation read after the deadline (the loop was
+        blocked with its replies in hand, the timer not yet run) does not bring the
+        lock back: the holder may have read ``remaining() == 0`` meanwhile, and acted
+        on it (found by the simulation: the lock renewed on, and its task still held
+        the name).
+        """
+        if self._renewer.clock() >= min(self.give_up_at, self.hold_until):
+            self._deadline()
+            return
         self._schedule(ttl)
         self._renewer.rescheduled(self)
 

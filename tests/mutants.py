@@ -601,6 +601,16 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "a renewal confirmed past its deadline brings the lock back",
+        "aiolock/_renewal.py",
+        "        if self._renewer.clock() >= min(self.give_up_at, self.hold_until):\n",
+        "        if False:\n",
+        (
+            "tests/test_renewal.py::"
+            "test_a_renewal_confirmed_past_its_deadline_does_not_bring_the_lock_back",
+        ),
+    ),
+    Mutant(
         "a lock_many release cancelled midway leaves the other names held",
         "aiolock/_many.py",
         "            except anyio.get_cancelled_exc_class() as exc:\n"

@@ -455,6 +455,43 @@ async def test_a_renewal_failing_at_once_past_its_deadline_is_given_up_not_retri
             await lock.release()
 
 
+async def test_a_renewal_confirmed_past_its_deadline_does_not_bring_the_lock_back(
+    urls: list[str], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A renewal's replies are read, but the loop is blocked (a stall, stood in for by a
+    # blocking sleep) until the lock's give-up time and its validity have passed, with
+    # the deadline's timer not yet run. Meanwhile the holder may have read remaining()
+    # == 0 and acted on it (detach() said LockNotOwned). Found by the simulation (seed
+    # 35359738591, its loop releasing one timer at a time): the confirmation moved the
+    # deadline, so the lock came back to life, renewed on, and still counted as held by
+    # the task: its next acquire of the name raised RuntimeError. Loss is decided by the
+    # clock: a deadline that has passed is final.
+    async with LockManager(urls, node_timeout=0.05) as locks:
+        quorum = locks._engine.renewal_quorum
+        extend_many = quorum.extend_many
+        seen: list[float] = []  # the remaining() the holder read in the stall's last instant
+
+        async def read_late(*args: Any, **kwargs: Any) -> Any:
+            batch = await extend_many(*args, **kwargs)
+            if not seen:
+                time.sleep(max(0.0, lock.remaining()) + 0.01)
+                seen.append(lock.remaining())
+            return batch
+
+        monkeypatch.setattr(quorum, "extend_many", read_late)
+        lock = locks.lock(name, ttl=1.0)
+        with pytest.raises(LockLost) as lost:
+            async with lock:
+                await asyncio.sleep(3.0)  # three renewals' worth: cancelled by the loss
+        assert seen == [0.0]
+        assert str(lost.value).endswith("no quorum confirmed the renewal before validity ran out")
+        assert lock.remaining() == 0.0
+        # Not held by this task any more: acquiring the name again is no RuntimeError.
+        again = locks.lock(name, ttl=1.0)
+        assert await again.acquire(timeout=5)
+        await again.release()
+
+
 @pytest.mark.renewal_tick_may_fail
 async def test_a_failing_renewal_tick_does_not_end_renewal(
     locks: LockManager, name: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
