@@ -27,8 +27,9 @@ from tests.conftest import Servers
 
 pytest.importorskip("lupa")
 
+from tests.sim.kept import CAUGHT, REGRESSIONS
 from tests.sim.server import Error, Status, Store
-from tests.sim.workload import LEASES_FROM
+from tests.sim.world import ORDERED_FROM
 
 ROOT = Path(__file__).resolve().parent.parent
 #: How many schedules every run of the suite searches (``nox -s sim`` searches on).
@@ -208,21 +209,6 @@ def test_a_finished_run_leaves_nothing_alive(monkeypatch: pytest.MonkeyPatch) ->
     assert [ref() is None for ref in worlds] == [True, True, True]
 
 
-#: Seeds that once failed, replayed on every run: (seed, faults kept or None, why).
-REGRESSIONS = [
-    (574, [0, 2], "grants undone by the head's own clean-up were counted (fixed)"),
-    (41, None, "a failed semaphore try wrote the index without a ttl (fixed)"),
-    (1226, [0, 1, 2], "checker: a step woke in the instant the loss was noted"),
-    (1839, None, "checker: a body cancelled inside a shielded extend()"),
-    (64, None, "checker: stalls back to back delay a tell"),
-    (11903222, [0, 1, 2, 3, 4], "checker: acquired with less than the guard left, told at once"),
-    (6406101, [2, 4], "a lock_many release cancelled midway left a name held (fixed)"),
-    (7, None, "once a livelock of split attempts (stopped as busy), before the schedules shrank"),
-    (200016431, None, "a grant the head's clean-up deleted counted: its 'held' came late (fixed)"),
-    (8018443683, None, "a renewal failing at once past its deadline spun the loop (fixed)"),
-]
-
-
 @pytest.mark.parametrize(("seed", "keep", "why"), REGRESSIONS, ids=[str(r[0]) for r in REGRESSIONS])
 def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> None:
     """Replayed as ``nox -s sim -- replay`` does (its own process, PYTHONHASHSEED=0)."""
@@ -232,18 +218,6 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         cwd=ROOT, capture_output=True, text=True, check=False, timeout=300,
     )  # fmt: skip
     assert out.returncode == 0, (why, out.stdout[-3000:], out.stderr[-2000:])
-
-
-#: What the search found on its own with a fix of issue 31 reverted (its named mutant in
-#: tests/mutants.py): the seed, and the faults its shrinking kept.
-CAUGHT = [
-    # One "late" fault: an extend() to 1.3 s held back on 3 of 5 nodes; the renewal
-    # won on its own connections meanwhile, and the EXTEND cut the renewed key.
-    ("the renewal on connections of its own (a late extend cuts a renewed key)", 8589935337, [2]),
-    # Two pauses: a grant came late from a node the renewal had counted since, and was
-    # given back there (the holder's key kept on one node of three).
-    ("a late grant of a held token given back", 8589934748, [0, 3]),
-]
 
 
 @pytest.mark.parametrize(("name", "seed", "keep"), CAUGHT, ids=["break-1", "break-2"])
@@ -285,7 +259,7 @@ def test_issue_31s_breaks_are_caught_with_their_fixes_reverted(
 
 @pytest.mark.timeout(900)  # about 40 s each on 2 idle cores
 @pytest.mark.parametrize(
-    "first", [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), LEASES_FROM], ids=["first", "leases"]
+    "first", [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), ORDERED_FROM], ids=["first", "search"]
 )
 def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
     """At least 2,000 schedules (``AIOLOCK_SIM_SCHEDULES``), half from the first seeds

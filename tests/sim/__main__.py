@@ -4,7 +4,7 @@
     python -m tests.sim replay SEED [--keep 0,3] [--around 40]
     python -m tests.sim shrink SEED
     python -m tests.sim mutants [NAME ...] [--seconds S]
-    python -m tests.sim digests [--first N] [--count K]
+    python -m tests.sim digests [--first N] [--count K | --kept]
 
 ``search`` plays seeds first, first + 1, ... and stops at the first failing one, which
 it prints with the command that replays it; ``replay`` plays one seed (with only the
@@ -12,8 +12,8 @@ faults numbered in ``--keep``) and prints its history around the first violation
 whole, with ``--around 0``) and its digest; ``shrink`` finds the fewest faults of a
 failing seed that still fail; ``mutants`` applies each named mutant of tests/mutants.py
 in turn and searches until the simulation kills it or the time is up; ``digests`` prints
-each seed's history digest, one per line (``nox -s determinism`` compares them across
-Python versions).
+each seed's history digest, one per line (or each seed kept as a test, with the faults
+it keeps: ``--kept``); ``nox -s determinism`` compares them across Python versions.
 
 The history is the same, byte for byte, for the same seed: ``PYTHONHASHSEED`` is fixed
 (the command re-executes itself with ``PYTHONHASHSEED=0`` when it is not).
@@ -34,8 +34,9 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
+from .kept import kept
 from .run import Result, run, shrink
-from .workload import LEASES_FROM
+from .world import ORDERED_FROM
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -204,7 +205,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.sim")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("search")
-    s.add_argument("--first", type=int, default=LEASES_FROM + int.from_bytes(os.urandom(4), "big"))
+    s.add_argument("--first", type=int, default=ORDERED_FROM + int.from_bytes(os.urandom(4), "big"))
     s.add_argument("--count", type=int)
     s.add_argument("--seconds", type=float)
     s.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -221,11 +222,18 @@ def main(argv: list[str]) -> int:
     d = sub.add_parser("digests")
     d.add_argument("--first", type=int, default=1)
     d.add_argument("--count", type=int, default=20)
+    d.add_argument("--kept", action="store_true", help="the seeds kept as tests, instead")
     args = parser.parse_args(argv)
     if args.command == "digests":
-        for seed in range(args.first, args.first + args.count):
-            result = run(seed)
-            print(f"{seed} {result.digest()} {len(result.history)} lines", flush=True)
+        seeds: list[tuple[int, list[int] | None]] = (
+            kept()
+            if args.kept
+            else [(seed, None) for seed in range(args.first, args.first + args.count)]
+        )
+        for seed, keep in seeds:
+            result = run(seed, keep)
+            shown = f"{seed}" + (f" --keep {','.join(map(str, keep))}" if keep else "")
+            print(f"{shown} {result.digest()} {len(result.history)} lines", flush=True)
         return 0
     if args.command == "search":
         if args.count is None and args.seconds is None:

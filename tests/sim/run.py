@@ -40,7 +40,8 @@ SWARM_FROM = 2**32
 #: Seeds from here on also draw "late" faults (a burst of a client's commands held back
 #: past its node timeout), and half their schedules keep the library's bounded memories
 #: small (see :data:`MEMORIES`). Seeds below replay unchanged. From LEASES_FROM (2**34,
-#: workload.py) on, the workload makes leases too; the search starts there.
+#: workload.py) on, the workload makes leases too; from ORDERED_FROM (2**35, world.py)
+#: on, the loop releases its timers one at a time; the search starts there.
 LATE_FROM = 2**33
 #: The library's bounded memories and the sizes a schedule may give them. The library
 #: argues that forgetting is safe at any size; at its real sizes (1,024 tokens taken,

@@ -1,0 +1,40 @@
+"""The seeds kept as tests (tests/test_sim.py), in one place the command line reads too.
+
+``python -m tests.sim digests --kept`` prints their digests, with the faults each keeps,
+so ``nox -s determinism`` checks that every kept seed replays the same on every Python.
+"""
+
+from __future__ import annotations
+
+#: Seeds that once failed, replayed on every run: (seed, faults kept or None, why).
+REGRESSIONS: list[tuple[int, list[int] | None, str]] = [
+    (574, [0, 2], "grants undone by the head's own clean-up were counted (fixed)"),
+    (41, None, "a failed semaphore try wrote the index without a ttl (fixed)"),
+    (1226, [0, 1, 2], "checker: a step woke in the instant the loss was noted"),
+    (1839, None, "checker: a body cancelled inside a shielded extend()"),
+    (64, None, "checker: stalls back to back delay a tell"),
+    (11903222, [0, 1, 2, 3, 4], "checker: acquired with less than the guard left, told at once"),
+    (6406101, [2, 4], "a lock_many release cancelled midway left a name held (fixed)"),
+    (7, None, "once a livelock of split attempts (stopped as busy), before the schedules shrank"),
+    (200016431, None, "a grant the head's clean-up deleted counted: its 'held' came late (fixed)"),
+    (8018443683, None, "a renewal failing at once past its deadline spun the loop (fixed)"),
+    (35359738591, [0, 2], "a renewal confirmed past its deadline brought the lock back (fixed)"),
+]
+
+#: What the search found on its own with a fix of issue 31 reverted (its named mutant in
+#: tests/mutants.py): the name, the seed, and the faults its shrinking kept.
+CAUGHT: list[tuple[str, int, list[int]]] = [
+    # One "late" fault: an extend() to 1.3 s held back on 3 of 5 nodes; the renewal
+    # won on its own connections meanwhile, and the EXTEND cut the renewed key.
+    ("the renewal on connections of its own (a late extend cuts a renewed key)", 8589935337, [2]),
+    # Two pauses: a grant came late from a node the renewal had counted since, and was
+    # given back there (the holder's key kept on one node of three).
+    ("a late grant of a held token given back", 8589934748, [0, 3]),
+]
+
+
+def kept() -> list[tuple[int, list[int] | None]]:
+    """Every kept seed with the faults it keeps (None: all)."""
+    return [(seed, keep) for seed, keep, _ in REGRESSIONS] + [
+        (seed, keep) for _, seed, keep in CAUGHT
+    ]
