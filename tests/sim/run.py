@@ -20,7 +20,7 @@ from unittest import mock
 
 from .check import check_exclusion, check_kept, check_keys, check_told
 from .workload import Config, Recorder, make_config, run_processes
-from .world import Deadlock, Fault, World, virtual_process
+from .world import ORDERED_FROM, Deadlock, Fault, World, virtual_process
 
 #: The nodes' clocks run at rates within 1 ± this (under the default drift_factor 0.01).
 DRIFT = 0.009
@@ -41,7 +41,9 @@ SWARM_FROM = 2**32
 #: past its node timeout), and half their schedules keep the library's bounded memories
 #: small (see :data:`MEMORIES`). Seeds below replay unchanged. From LEASES_FROM (2**34,
 #: workload.py) on, the workload makes leases too; from ORDERED_FROM (2**35, world.py)
-#: on, the loop releases its timers one at a time; the search starts there.
+#: on, the loop releases its timers one at a time, the kinds include "failover" (an
+#: empty server with a new run_id and a long uptime takes a node's address over), and
+#: a body awaits the cancellation of a loss it saw noted; the search starts there.
 LATE_FROM = 2**33
 #: The library's bounded memories and the sizes a schedule may give them. The library
 #: argues that forgetting is safe at any size; at its real sizes (1,024 tokens taken,
@@ -80,6 +82,8 @@ def make_faults(seed: int, cfg: Config) -> list[Fault]:
     if seed >= SWARM_FROM:
         swarm = random.Random(f"swarm-{seed}")
         every = {*KINDS, "late"} if seed >= LATE_FROM else set(KINDS)
+        if seed >= ORDERED_FROM:
+            every.add("failover")
         kinds = tuple(swarm.sample(sorted(every), swarm.randint(1, 3)))
     faults = []
     for _ in range(count):
@@ -113,6 +117,8 @@ def make_faults(seed: int, cfg: Config) -> list[Fault]:
             fault = Fault(at, kind, node, seconds=rng.uniform(0.02, 3.0))
         elif kind == "restart":
             fault = Fault(at, kind, node, seconds=rng.uniform(0.01, 2.0), flag=rng.random() < 0.8)
+        elif kind == "failover":
+            fault = Fault(at, kind, node, seconds=rng.uniform(0.01, 2.0))
         elif kind == "late":
             fault = Fault(
                 at,

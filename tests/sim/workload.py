@@ -29,12 +29,13 @@ from aiolock import (
     LockEvent,
     LockLost,
     LockManager,
+    LockMany,
     LockNotOwned,
     LockTimeout,
     QuorumError,
 )
 
-from .world import World, current_process
+from .world import ORDERED_FROM, World, current_process
 
 NODE_TIMEOUT = 0.05
 #: A lock's key on the nodes (the default prefix).
@@ -81,6 +82,10 @@ class Config:
     #: lock is fresh. Without them no lease was ever made (0 in 205 handoffs).
     ttl: float | None = field(default=None, repr=False)
     short: float = field(default=0.0, repr=False)
+    #: From ORDERED_FROM on: a body that finds its lock noted lost in the instant it
+    #: woke awaits the cancellation that must follow, rather than assume it (see
+    #: Worker._body). Draws nothing.
+    await_told: bool = field(default=False, repr=False)
 
     def describe(self) -> str:
         extra = f" ttl {self.ttl:.3f}" if self.ttl is not None else ""
@@ -109,7 +114,19 @@ def make_config(seed: int) -> Config:
         more = random.Random(f"workload-{seed}")
         cfg.ttl = more.uniform(0.3, 3.0) if more.random() < 0.5 else None
         cfg.short = more.choice((0.0, 0.3, 0.7))
+    cfg.await_told = seed >= ORDERED_FROM
     return cfg
+
+
+def key_token(handle: Any, name: str) -> bytes | None:
+    """The token ``handle`` keeps in the key of ``name`` (a lease's is the key's, as its
+    holder took it; an attached handle's, the one it set). Read from the library's
+    state, which the checker compares with the nodes'."""
+    for lock in handle.locks if isinstance(handle, LockMany) else (handle,):
+        if lock.name == name:
+            hold = lock._hold
+            return hold.token if hold is not None else None
+    return None
 
 
 class Recorder:
@@ -132,14 +149,16 @@ class Recorder:
         self.holdings.append(h)
         return h
 
-    def step(self, h: Holding, now: float, remaining: float) -> None:
+    def step(self, h: Holding, now: float, remaining: float, handle: Any) -> None:
         """A moment ``h`` believed it held, until ``now + remaining``; for a lock, what
-        the nodes keep is read at that moment."""
+        the nodes keep is read at that moment (the key with the handle's token)."""
         h.step(now, remaining)
         if h.domain[0] != "lock" or h.short is not None:
             return
         world = self.world
-        short = world.keeping(KEY % h.domain[1].encode(), now + remaining, h.steps[0][0])
+        name = h.domain[1]
+        key, token = KEY % name.encode(), key_token(handle, name)
+        short = world.keeping(key, token, now + remaining, h.steps[0][0])
         if len(short) > len(world.nodes) - (len(world.nodes) // 2 + 1):
             h.short = f"at {now:.6f} it read {remaining:.6f} s left; not kept on {', '.join(short)}"
 
@@ -220,6 +239,7 @@ class Worker:
                 now = self.now()
                 remaining = handle.remaining()
                 if remaining <= 0.0:
+                    on_its_way = False
                     for h in holds:
                         if not h.renewed:
                             continue
@@ -227,11 +247,21 @@ class Worker:
                             # Noted lost, the body's cancellation on its way (this step
                             # woke in the same instant): told now.
                             h.told_at = now
+                            on_its_way = True
                         elif h.ran_out is None:
                             h.ran_out = now
+                    if on_its_way and self.cfg.await_told:
+                        # It must land at the next awaits (anyio delivers it on the
+                        # loop's next pass); a body that goes on uncancelled was never
+                        # told (a handle that notes the loss and cancels nothing).
+                        for _ in range(3):
+                            await asyncio.sleep(0)
+                        for h in holds:
+                            if h.renewed and h.ran_out is None:
+                                h.told_at, h.ran_out = None, now
                     return
                 for h in holds:
-                    self.rec.step(h, now, remaining)
+                    self.rec.step(h, now, remaining, handle)
                 if now >= until:
                     return
                 if extend and self.rng.random() < 0.08:

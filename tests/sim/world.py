@@ -391,6 +391,8 @@ class SimNode:
         self.rate = rate
         self.store = Store(self.clock_ms, self.publish)
         self.started = world.now - 3600.0  # up for an hour when the run begins
+        #: When it last came back empty (a restart or a failover).
+        self.reset_at = -math.inf
         self.run_id = self._new_run_id()
         self.sessions: list[Link] = []
         self.paused_until = 0.0
@@ -467,16 +469,23 @@ class SimNode:
             link, command = self.backlog.popleft()
             self._execute(link, command)
 
-    def restart(self, down: float, new_run_id: bool) -> None:
-        """Crash and come back empty after ``down`` seconds (no persistence)."""
+    def restart(self, down: float, new_run_id: bool, *, failover: bool = False) -> None:
+        """Crash and come back empty after ``down`` seconds (no persistence).
+
+        ``failover``: another server takes the address over, empty (a replica promoted
+        that had none of our keys yet): a new run_id, and the uptime of a server that
+        has been up for long.
+        """
         for link in list(self.sessions):
             link.sever(apply=False)
         self.backlog.clear()
         self.paused_until = 0.0
         self.store.flush()
         self.down_until = self.world.now + down
-        self.started = self.down_until
-        if new_run_id:
+        self.reset_at = self.down_until
+        if not failover:
+            self.started = self.down_until
+        if new_run_id or failover:
             self.run_id = self._new_run_id()
 
 
@@ -498,7 +507,7 @@ class Fault:
     """One fault of a schedule: at ``at`` (virtual seconds after the start), ``kind``."""
 
     at: float
-    kind: str  # delay, slow, late, sever, pause, restart, pubsub, stall
+    kind: str  # delay, slow, late, sever, pause, restart, failover, pubsub, stall
     node: int = 0
     process: int = -1  # -1: every process
     seconds: float = 0.0  # how long it lasts
@@ -517,6 +526,7 @@ class Fault:
             "pause": f"n{self.node} {self.seconds:.3f}s",
             "restart": f"n{self.node} down {self.seconds:.3f}s "
             f"{'new' if self.flag else 'same'} run_id",
+            "failover": f"n{self.node} down {self.seconds:.3f}s",
             "pubsub": f"n{self.node} p{self.process} {self.seconds:.3f}s loss {self.scale:.2f}",
             "stall": f"{self.seconds:.3f}s",
         }[self.kind]
@@ -645,25 +655,31 @@ class World:
 
     # -- what the nodes keep (for the checker) ---------------------------------------
 
-    def keeping(self, key: bytes, until: float, since: float) -> list[str]:
-        """The nodes that do *not* keep ``key`` until ``until`` (virtual time), each as
-        ``"n<i> <what it keeps>"``; a node restarted since ``since`` keeps it, as far as
-        the checker is concerned (the library's quarantine keeps others out there).
+    def keeping(self, key: bytes, token: bytes | None, until: float, since: float) -> list[str]:
+        """The nodes that do *not* keep ``key`` with ``token`` until ``until`` (virtual
+        time), each as ``"n<i> <what it keeps>"``; a node restarted since ``since`` keeps
+        it, as far as the checker is concerned (the library's quarantine keeps others
+        out there).
 
         Read without touching the store (an expired key is not removed): sampling
         changes nothing in the run.
         """
         short = []
         for node in self.nodes:
-            if node.started > since:
+            if node.reset_at > since:
                 continue
             ends = -math.inf
-            if key in node.store.data:
+            value = node.store.data.get(key)
+            if value is not None:
                 expiry = node.store.expires.get(key)
-                if expiry is None:
-                    continue
-                ends = EPOCH + (expiry / 1000.0 - EPOCH) / node.rate  # node ms: virtual s
-            if ends < until:
+                ends = (
+                    math.inf
+                    if expiry is None
+                    else EPOCH + (expiry / 1000.0 - EPOCH) / node.rate  # node ms: virtual s
+                )
+            if value != token and ends > self.now:
+                short.append(f"n{node.index} another token until {ends:.6f}")
+            elif ends < until:
                 kept = f"until {ends:.6f}" if ends > self.now else "nothing"
                 short.append(f"n{node.index} {kept}")
         return short
@@ -719,6 +735,8 @@ class World:
             node.pause(fault.seconds)
         elif kind == "restart":
             node.restart(fault.seconds, fault.flag)
+        elif kind == "failover":
+            node.restart(fault.seconds, True, failover=True)
         elif kind == "stall":
             self.stalls.append((self.now, self.now + fault.seconds))
             self.now += fault.seconds  # the loop is blocked: time passes, nothing runs
