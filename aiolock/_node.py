@@ -316,7 +316,11 @@ class Node(ReplyReader):
                     self.restart_seen = True
                 self._last_run_id = self.run_id
             if restarted_at is not None:
-                self.restarted_at = restarted_at
+                # Never earlier than a start seen before: a reconnect to the server that
+                # took the address over reads its run_id as known and its long uptime,
+                # and would end the quarantine its run_id's change began.
+                last = self.restarted_at
+                self.restarted_at = restarted_at if last is None else max(last, restarted_at)
         elif not self._info_denied_logged and not isinstance(reply, RedisConnectionError):
             self._info_denied_logged = True
             logger.warning(

@@ -601,6 +601,13 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "a reconnect ends a failover's quarantine",
+        "aiolock/_node.py",
+        "self.restarted_at = restarted_at if last is None else max(last, restarted_at)",
+        "self.restarted_at = restarted_at",
+        ("tests/test_failures.py::test_a_failed_over_nodes_quarantine_outlasts_a_reconnect",),
+    ),
+    Mutant(
         "a renewal confirmed past its deadline brings the lock back",
         "aiolock/_renewal.py",
         "        if self._renewer.clock() >= min(self.give_up_at, self.hold_until):\n",

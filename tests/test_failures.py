@@ -585,6 +585,36 @@ async def test_a_node_whose_run_id_changed_is_quarantined_whatever_its_uptime(
             assert time.monotonic() - changed_at >= grace - 0.3
 
 
+async def test_a_failed_over_nodes_quarantine_outlasts_a_reconnect(
+    servers: Servers, name: str
+) -> None:
+    # A failover behind one address (another server, its own run_id, up for long), then
+    # a blip: the connection to the new server resets, and the node reconnects to it.
+    # Found by the simulation (seed 34459738402, a "failover" then a reset): that
+    # reconnect read the same (new) run_id and the long uptime, and set the restart's
+    # time back to an hour ago: the quarantine ended at the first reconnect, and a
+    # rival took the lock on the empty node while its holder still held it.
+    grace = 2.0
+    async with redis_servers(1) as spare, proxies(servers[:1]) as (proxy,):
+        await asyncio.sleep(grace + 1.0)  # every server is older than the grace now
+        nodes = [proxy.url, servers[1], servers[2]]
+        async with LockManager(nodes, node_timeout=0.1, restart_grace=grace) as locks:
+            async with locks.lock(name, ttl=1.0):
+                pass
+            proxy.target_port = spare.servers[0].port
+            proxy.reset()
+            server2 = servers.servers[2]
+            assert isinstance(server2, Server)
+            server2.kill()  # the quorum of 2 now needs the switched node
+            await asyncio.sleep(0.2)  # the node notices the reset, reads the new run_id
+            with pytest.raises(QuorumError, match=r"restarted .* \(its run_id changed\)"):
+                await locks.lock(name).acquire(timeout=0)
+            proxy.reset()  # a blip: the node reconnects to the same new server
+            await asyncio.sleep(0.2)
+            with pytest.raises(QuorumError, match=r"restarted .* \(its run_id changed\)"):
+                await locks.lock(name).acquire(timeout=0)
+
+
 async def test_majority_restarted_empty_while_held_is_lost(servers: Servers, name: str) -> None:
     async with LockManager(servers, node_timeout=0.1) as locks:
         with pytest.raises(LockLost):

@@ -19,6 +19,7 @@ REGRESSIONS: list[tuple[int, list[int] | None, str]] = [
     (200016431, None, "a grant the head's clean-up deleted counted: its 'held' came late (fixed)"),
     (8018443683, None, "a renewal failing at once past its deadline spun the loop (fixed)"),
     (35359738591, [0, 2], "a renewal confirmed past its deadline brought the lock back (fixed)"),
+    (34459738402, [1, 2, 6, 7], "a reconnect ended a failover's quarantine (fixed)"),
 ]
 
 #: What the search found on its own with a fix of issue 31 reverted (its named mutant in
