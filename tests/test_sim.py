@@ -220,7 +220,11 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
     assert out.returncode == 0, (why, out.stdout[-3000:], out.stderr[-2000:])
 
 
-@pytest.mark.parametrize(("name", "seed", "keep"), CAUGHT, ids=["break-1", "break-2"])
+@pytest.mark.parametrize(
+    ("name", "seed", "keep"),
+    CAUGHT,
+    ids=["break-1", "break-2", "break-1-ordered", "break-2-ordered"],
+)
 def test_issue_31s_breaks_are_caught_with_their_fixes_reverted(
     tmp_path: Path, name: str, seed: int, keep: list[int]
 ) -> None:
