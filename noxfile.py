@@ -198,23 +198,26 @@ def sim(session: nox.Session) -> None:
 def determinism(session: nox.Session) -> None:
     """The simulation's histories, the same byte for byte on every Python version.
 
-    Each Python replays the same seeds (200 from where the search starts, whose loop
-    releases its timers one at a time, and every seed kept as a test, with the faults it
-    keeps) and writes their digests under .nox/sim-digests/, keyed by a hash of the
-    library's and the simulation's sources; each compares its digests with those any
-    other Python wrote for the same sources. `nox -s determinism` runs them all (3.11
-    to 3.13). (Seeds below 2**35 run asyncio's batches: about 1 in 100 of them differs
-    between versions; docs/project/testing.md.)
+    Each Python replays the same seeds (100 from 2**35, whose loop releases its
+    timers one at a time; 100 from 2**36, where the search starts; every seed kept as
+    a test, with the faults it keeps) and writes their digests under
+    .nox/sim-digests/, keyed by a hash of the library's and the simulation's sources;
+    each compares its digests with those any other Python wrote for the same sources.
+    `nox -s determinism` runs them all (3.11 to 3.13). (Seeds below 2**35 run
+    asyncio's batches: about 1 in 100 of them differs between versions;
+    docs/project/testing.md.)
     """
     session.install("-e", ".[test]")
     sources = sorted([*Path("aiolock").rglob("*.py"), *Path("tests/sim").glob("*.py")])
     fingerprint = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
     out = Path(".nox", "sim-digests", fingerprint)
     out.mkdir(parents=True, exist_ok=True)
-    digests = session.run(
-        "python", "-m", "tests.sim", "digests", "--first", str(2**35), "--count", "200",
-        silent=True,
-    )  # fmt: skip
+    digests = ""
+    for first in (2**35, 2**36):  # the one-timer loop; and with wall clocks apart
+        digests += session.run(
+            "python", "-m", "tests.sim", "digests", "--first", str(first), "--count", "100",
+            silent=True,
+        )  # fmt: skip
     digests += session.run("python", "-m", "tests.sim", "digests", "--kept", silent=True)
     version = session.python if isinstance(session.python, str) else THIS_PYTHON
     (out / f"{version}.txt").write_text(digests)

@@ -29,7 +29,7 @@ pytest.importorskip("lupa")
 
 from tests.sim.kept import CAUGHT, REGRESSIONS
 from tests.sim.server import Error, Status, Store
-from tests.sim.world import ORDERED_FROM
+from tests.sim.world import SKEW_FROM
 
 ROOT = Path(__file__).resolve().parent.parent
 #: How many schedules every run of the suite searches (``nox -s sim`` searches on).
@@ -221,19 +221,29 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
 
 
 @pytest.mark.parametrize(
-    ("name", "seed", "keep"),
+    ("name", "seed", "keep", "rule"),
     CAUGHT,
-    ids=["break-1", "break-2", "break-1-ordered", "break-2-ordered"],
+    ids=[
+        "break-1",
+        "break-2",
+        "break-1-ordered",
+        "break-2-ordered",
+        "fencing-counter",
+        "renewal-retry-raises",
+        "young-server",
+    ],
 )
-def test_issue_31s_breaks_are_caught_with_their_fixes_reverted(
-    tmp_path: Path, name: str, seed: int, keep: list[int]
+def test_named_mutants_are_caught_by_the_seeds_the_search_found(
+    tmp_path: Path, name: str, seed: int, keep: list[int], rule: str
 ) -> None:
-    """The seed fails on a copy of the library with the fix reverted, and passes on ours.
+    """The seed fails on a copy of the library with the mutant applied (issue 31's
+    fixes reverted, and others), on the rule named, and passes on ours.
 
-    Neither break needs a rival to take the lock in the gap: the checker's *kept* rule
-    sees the key cut short under the holder (check.py). Without that rule both seeds
-    pass on the mutants too (checked when they were found); break 1's one fault is a
-    "late" burst (world.py).
+    Neither of issue 31's breaks needs a rival to take the lock in the gap: the
+    checker's *kept* rule sees the key cut short under the holder (check.py). Without
+    that rule both seeds pass on the mutants too (checked when they were found); break
+    1's one fault is a "late" burst (world.py). The fencing counter's seed needs wall
+    clocks apart (from 2**36), the renewal retry's the check of the library's log.
     """
     from tests.mutants import MUTANTS, apply
 
@@ -256,19 +266,20 @@ def test_issue_31s_breaks_are_caught_with_their_fixes_reverted(
         args, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300
     )
     assert reverted.returncode == 1, reverted.stdout[-3000:] + reverted.stderr[-2000:]
-    assert "VIOLATION kept:" in reverted.stdout, reverted.stdout[-3000:]
+    assert f"VIOLATION {rule}:" in reverted.stdout, reverted.stdout[-3000:]
     ours = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
     assert ours.returncode == 0, ours.stdout[-3000:] + ours.stderr[-2000:]
 
 
 @pytest.mark.timeout(900)  # about 40 s each on 2 idle cores
 @pytest.mark.parametrize(
-    "first", [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), ORDERED_FROM], ids=["first", "search"]
+    "first", [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), SKEW_FROM], ids=["first", "search"]
 )
 def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
     """At least 2,000 schedules (``AIOLOCK_SIM_SCHEDULES``), half from the first seeds
     (every kind of fault in each schedule), half from where the search starts (a swarm
-    of kinds, "late" bursts, small memories, leases): the search must find nothing."""
+    of kinds, "late" bursts, small memories, leases, wall clocks apart, quarantines that
+    end): the search must find nothing."""
     count = BUDGET // 2
     out = subprocess.run(
         [sys.executable, "-m", "tests.sim", "search", "--first", str(first), "--count", str(count)],

@@ -5,13 +5,16 @@
     python -m tests.sim shrink SEED
     python -m tests.sim mutants [NAME ...] [--seconds S]
     python -m tests.sim digests [--first N] [--count K | --kept]
+    python -m tests.sim regressions
 
 ``search`` plays seeds first, first + 1, ... and stops at the first failing one, which
 it prints with the command that replays it; ``replay`` plays one seed (with only the
 faults numbered in ``--keep``) and prints its history around the first violation (or
 whole, with ``--around 0``) and its digest; ``shrink`` finds the fewest faults of a
 failing seed that still fail; ``mutants`` applies each named mutant of tests/mutants.py
-in turn and searches until the simulation kills it or the time is up; ``digests`` prints
+in turn, replays the seeds kept as tests (what the suite replays on every run) and,
+if none fails, searches until the simulation kills it or the time is up;
+``regressions`` replays the kept seeds and stops at the first that fails; ``digests`` prints
 each seed's history digest, one per line (or each seed kept as a test, with the faults
 it keeps: ``--kept``); ``nox -s determinism`` compares them across Python versions.
 
@@ -36,7 +39,7 @@ from pathlib import Path
 
 from .kept import kept
 from .run import Result, run, shrink
-from .world import ORDERED_FROM
+from .world import SKEW_FROM
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,7 +48,11 @@ def _show(result: Result, around: int) -> None:
     lines = result.history
     if around and result.failed:
         first = next(i for i, line in enumerate(lines) if "VIOLATION" in line)
-        header = [line for line in lines if " planned #" in line or " config " in line]
+        header = [
+            line
+            for line in lines
+            if " planned #" in line or " config " in line or " wall clocks " in line
+        ]
         print("\n".join(header))
         print("...")
         lines = lines[max(len(header), first - around) : first + 5]
@@ -167,8 +174,24 @@ def search(first: int, count: int | None, seconds: float | None, jobs: int) -> i
     return 0
 
 
+def regressions() -> int:
+    """Replay every kept seed (with the faults it keeps); 1 at the first that fails."""
+    for seed, keep in kept():
+        result = _guarded(seed, keep)
+        shown = f"{seed}" + (f" --keep {','.join(map(str, keep))}" if keep else "")
+        if isinstance(result, str) or result.failed:
+            problems = [result] if isinstance(result, str) else result.violations
+            print(f"kept seed {shown} FAILED:")
+            for problem in problems:
+                print("  ", problem.splitlines()[0])
+            return 1
+    print(f"{len(kept())} kept seeds replayed, no violation")
+    return 0
+
+
 def mutants(names: list[str], seconds: float, jobs: int) -> int:
-    """Each named mutant applied in turn; the search must find a violation in time."""
+    """Each named mutant applied in turn; the kept seeds, then the search, must find a
+    violation in time."""
     from tests.mutants import MUTANTS, run_mutated
 
     chosen = [m for m in MUTANTS if not names or m.name in names]
@@ -176,11 +199,13 @@ def mutants(names: list[str], seconds: float, jobs: int) -> int:
     for mutant in chosen:
         started = time.monotonic()
         search = ["search", "--seconds", str(seconds), "--jobs", str(jobs)]
-        out = run_mutated(mutant, [sys.executable, "-m", "tests.sim", *search])
+        out = run_mutated(mutant, [sys.executable, "-m", "tests.sim", "regressions"])
+        if out.returncode != 1:  # (the kept seeds let it through: search)
+            out = run_mutated(mutant, [sys.executable, "-m", "tests.sim", *search])
         took = time.monotonic() - started
         killed = out.returncode == 1
         lines = out.stdout.strip().splitlines()
-        found = [i for i, line in enumerate(lines) if "FAILED" in line]
+        found = [i for i, line in enumerate(lines) if "FAILED" in line]  # kept or searched
         detail = (
             " / ".join(lines[found[0] : found[0] + 2])
             if found
@@ -205,7 +230,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.sim")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("search")
-    s.add_argument("--first", type=int, default=ORDERED_FROM + int.from_bytes(os.urandom(4), "big"))
+    s.add_argument("--first", type=int, default=SKEW_FROM + int.from_bytes(os.urandom(4), "big"))
     s.add_argument("--count", type=int)
     s.add_argument("--seconds", type=float)
     s.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -223,7 +248,11 @@ def main(argv: list[str]) -> int:
     d.add_argument("--first", type=int, default=1)
     d.add_argument("--count", type=int, default=20)
     d.add_argument("--kept", action="store_true", help="the seeds kept as tests, instead")
+    sub.add_parser("regressions")
     args = parser.parse_args(argv)
+    if args.command == "regressions":
+        _limit_memory()
+        return regressions()
     if args.command == "digests":
         seeds: list[tuple[int, list[int] | None]] = (
             kept()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import random
 import time
 from collections.abc import Iterable, Iterator
@@ -20,7 +21,7 @@ from unittest import mock
 
 from .check import check_exclusion, check_kept, check_keys, check_told
 from .workload import Config, Recorder, make_config, run_processes
-from .world import ORDERED_FROM, Deadlock, Fault, World, virtual_process
+from .world import ORDERED_FROM, SKEW_FROM, Deadlock, Fault, World, virtual_process
 
 #: The nodes' clocks run at rates within 1 ± this (under the default drift_factor 0.01).
 DRIFT = 0.009
@@ -45,6 +46,8 @@ SWARM_FROM = 2**32
 #: empty server with a new run_id and a long uptime takes a node's address over), and
 #: a body awaits the cancellation of a loss it saw noted; the search starts there.
 LATE_FROM = 2**33
+#: The spreads a run's skews are drawn within (seconds either way).
+SKEWS = (0.0, 0.001, 0.05, 2.0, 60.0)
 #: The library's bounded memories and the sizes a schedule may give them. The library
 #: argues that forgetting is safe at any size; at its real sizes (1,024 tokens taken,
 #: 4,096 offers) a run of a few seconds never forgets, so the argument would go
@@ -74,6 +77,15 @@ def memories(sizes: dict[str, int]) -> Iterator[None]:
         yield
 
 
+def make_skews(seed: int, cfg: Config) -> dict[int, float]:
+    """How far each process's wall clock is off in ``seed``'s schedule (empty: none)."""
+    if seed < SKEW_FROM:
+        return {}
+    rng = random.Random(f"skews-{seed}")
+    spread = rng.choice(SKEWS)
+    return {p: rng.uniform(-spread, spread) for p in range(cfg.processes)} if spread else {}
+
+
 def make_faults(seed: int, cfg: Config) -> list[Fault]:
     """The faults of a schedule, in time order."""
     rng = random.Random(f"faults-{seed}")
@@ -84,6 +96,8 @@ def make_faults(seed: int, cfg: Config) -> list[Fault]:
         every = {*KINDS, "late"} if seed >= LATE_FROM else set(KINDS)
         if seed >= ORDERED_FROM:
             every.add("failover")
+        if seed >= SKEW_FROM:
+            every.add("jump")
         kinds = tuple(swarm.sample(sorted(every), swarm.randint(1, 3)))
     faults = []
     for _ in range(count):
@@ -128,6 +142,11 @@ def make_faults(seed: int, cfg: Config) -> list[Fault]:
                 seconds=rng.uniform(0.05, 2.0),
                 scale=rng.choice((0.1, 0.3, 0.6)),
             )
+        elif kind == "jump":
+            step = rng.choice((0.001, 0.05, 2.0, 60.0))
+            fault = Fault(
+                at, kind, -1, rng.randrange(cfg.processes), scale=rng.uniform(-step, step)
+            )
         elif kind == "pubsub":
             fault = Fault(
                 at,
@@ -142,6 +161,32 @@ def make_faults(seed: int, cfg: Config) -> list[Fault]:
         faults.append(fault)
     faults.sort(key=lambda f: f.at)
     return faults
+
+
+class Logged(logging.Handler):
+    """The library's records at ERROR and above while a run lasts: each one is a promise
+    broken (an exception swallowed where it was caught, say a renewal tick that raised:
+    the real-server suite fails a test on it too, see tests/conftest.py)."""
+
+    def __init__(self, world: World) -> None:
+        super().__init__(logging.ERROR)
+        self.world = world
+        self.problems: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        error = record.exc_info[1] if record.exc_info else None
+        problem = f"logged: {record.getMessage()}" + (f": {error!r}" if error else "")
+        self.problems.append(problem)
+        self.world.trace(f"LOGGED {problem}")
+
+    @contextmanager
+    def attached(self) -> Iterator[None]:
+        library = logging.getLogger("aiolock")
+        library.addHandler(self)
+        try:
+            yield
+        finally:
+            library.removeHandler(self)
 
 
 @dataclass
@@ -173,6 +218,9 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         kept = set(keep)
         faults = [f for i, f in enumerate(faults) if i in kept]
     world = World(seed=seed, nodes_count=cfg.nodes, drift=DRIFT, faults=faults)
+    world.skews = make_skews(seed, cfg)
+    if cfg.grace is not None:
+        world.grace = cfg.grace
     rec = Recorder(world)
     errors: list[str] = []
 
@@ -199,9 +247,13 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     if sizes:
         shown = ", ".join(f"{where.rsplit('.', 1)[1]}={size}" for where, size in sizes.items())
         world.trace(f"memories {shown}")
+    if world.skews:
+        shown = ", ".join(f"p{p} {skew:+.6f}s" for p, skew in sorted(world.skews.items()))
+        world.trace(f"wall clocks {shown}")
     for i, fault in enumerate(faults):
         world.trace(f"planned #{i} {fault}")
-    with virtual_process(world, seed), memories(sizes):
+    logged = Logged(world)
+    with virtual_process(world, seed), memories(sizes), logged.attached():
         try:
             with asyncio.Runner(loop_factory=lambda: world.loop) as runner:
                 runner.run(main())
@@ -221,6 +273,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     violations = [
         *rec.crashes,
         *errors,
+        *logged.problems,
         *check_exclusion(rec.holdings),
         *check_kept(rec.holdings),
         *check_told(rec.holdings, world.stalls),

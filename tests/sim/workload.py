@@ -35,7 +35,7 @@ from aiolock import (
     QuorumError,
 )
 
-from .world import ORDERED_FROM, World, current_process
+from .world import ORDERED_FROM, SKEW_FROM, World, current_process
 
 NODE_TIMEOUT = 0.05
 #: A lock's key on the nodes (the default prefix).
@@ -60,6 +60,11 @@ class Holding:
     #: The first step at which a quorum of nodes did not keep the lock's key as long
     #: as the step believed, described: see check.check_kept.
     short: str | None = None
+    #: For a lock, at the holding's first step: each node's fencing counter (None: it
+    #: has none) and how many times each node had lost its data, read for the fencing
+    #: rule's one exception (see check.py).
+    counters: list[int | None] | None = None
+    resets: list[int] | None = None
 
     def step(self, now: float, remaining: float) -> None:
         self.steps.append((now, now + remaining))
@@ -86,10 +91,19 @@ class Config:
     #: woke awaits the cancellation that must follow, rather than assume it (see
     #: Worker._body). Draws nothing.
     await_told: bool = field(default=False, repr=False)
+    #: From SKEW_FROM on, in half the runs: the managers' ``restart_grace``, the
+    #: longest ttl the run sets (an extend() may double a ttl); else None, the default.
+    grace: float | None = field(default=None, repr=False)
+    #: From SKEW_FROM on, in 3 runs of 10: long work, renewed bodies of up to 8 ttls
+    #: (else 2), which outlive restarted nodes' quarantines: their keys must have been
+    #: repaired by then.
+    long: bool = field(default=False, repr=False)
 
     def describe(self) -> str:
         extra = f" ttl {self.ttl:.3f}" if self.ttl is not None else ""
-        return f"{self}{extra}" + (f" short {self.short:.2f}" if self.short else "")
+        extra += f" short {self.short:.2f}" if self.short else ""
+        extra += f" restart_grace {self.grace:.3f}" if self.grace else ""
+        return f"{self}{extra}" + (" long" if self.long else "")
 
 
 #: Seeds from here on draw ``Config.ttl`` and ``Config.short``; seeds below replay
@@ -115,6 +129,12 @@ def make_config(seed: int) -> Config:
         cfg.ttl = more.uniform(0.3, 3.0) if more.random() < 0.5 else None
         cfg.short = more.choice((0.0, 0.3, 0.7))
     cfg.await_told = seed >= ORDERED_FROM
+    if seed >= SKEW_FROM:
+        more = random.Random(f"grace-{seed}")
+        if more.random() < 0.5:
+            longest = cfg.ttl if cfg.ttl is not None else 3.0
+            cfg.grace = longest * (2 if {"extend", "manual"} & set(cfg.ops) else 1)
+        cfg.long = more.random() < 0.3
     return cfg
 
 
@@ -153,10 +173,15 @@ class Recorder:
         """A moment ``h`` believed it held, until ``now + remaining``; for a lock, what
         the nodes keep is read at that moment (the key with the handle's token)."""
         h.step(now, remaining)
-        if h.domain[0] != "lock" or h.short is not None:
+        if h.domain[0] != "lock":
             return
         world = self.world
         name = h.domain[1]
+        if h.counters is None:
+            h.counters = world.counters(KEY % name.encode() + b":fence")
+            h.resets = [node.resets for node in world.nodes]
+        if h.short is not None:
+            return
         key, token = KEY % name.encode(), key_token(handle, name)
         short = world.keeping(key, token, now + remaining, h.steps[0][0])
         if len(short) > len(world.nodes) - (len(world.nodes) // 2 + 1):
@@ -318,7 +343,8 @@ class Worker:
             h = self._holding(
                 ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=renew
             )
-            await self._body(lock, [h], self._work(2.0, lock.ttl), extend=extend)
+            scale = 8.0 if renew and self.cfg.long else 2.0
+            await self._body(lock, [h], self._work(scale, lock.ttl), extend=extend)
 
     async def op_extend(self, end: float) -> None:
         await self.op_lock(end, extend=True)
@@ -433,7 +459,9 @@ async def run_processes(world: World, cfg: Config, rec: Recorder, seed: int) -> 
             error = f" {event.error}" if event.error is not None else ""
             rec.event(f"p{p}", f"event {event.kind} {event.name} {event.seconds:.4f}{error}")
 
-        async with LockManager(world.urls, node_timeout=NODE_TIMEOUT, on_event=on_event) as locks:
+        async with LockManager(
+            world.urls, node_timeout=NODE_TIMEOUT, on_event=on_event, restart_grace=cfg.grace
+        ) as locks:
             workers = [Worker(rec, locks, cfg, f"p{p}t{t}", seed) for t in range(cfg.tasks)]
             async with asyncio.TaskGroup() as group:
                 for w in workers:

@@ -14,9 +14,12 @@ client overtake each other when a delay fault is on. Faults (see :class:`Fault`)
 delay, slow (one connection of a client), late (a burst of a client's commands held
 back on some nodes past its node timeout), sever (with the commands in flight applied
 or not), pause, restart empty (with a new run_id or, as after a restore behind the
-quarantine's back, the same), pub/sub messages late or lost, and client stalls (the
-loop blocked: time passes, nothing runs).
-Node clocks drift: each node's clock runs at its own rate within the drift bound.
+quarantine's back, the same), failover (another server, empty, takes a node's address
+over), pub/sub messages late or lost, client stalls (the loop blocked: time passes,
+nothing runs), and a process's wall clock stepping (jump).
+Node clocks drift: each node's clock runs at its own rate within the drift bound; each
+process's wall clock (``time.time``, the fencing floor's) may be off by a skew of its
+own (``World.skews``), its monotonic clock not.
 """
 
 from __future__ import annotations
@@ -58,6 +61,18 @@ MAX_ITERATIONS = 1_000_000
 #: unchanged on the version they were found on, and about 1 in 100 differs on another.
 #: The search starts here.
 ORDERED_FROM = 2**35
+#: Seeds from here on give each simulated process a wall clock of its own: off by a
+#: skew drawn per run (``run.make_skews``, up to a minute: machines' clocks disagree),
+#: and the kinds include "jump" (a process's wall clock steps, forward or back, while
+#: its monotonic clock does not). The wall clock is what the fencing floor is read
+#: from: with one clock for every process the floor alone kept tokens increasing, and
+#: the nodes' counters, which must do it when clocks disagree, went untested (the
+#: named mutant that ignores them survived). Half the runs also give the managers a
+#: ``restart_grace`` of the longest ttl the run uses (``Config.grace``) instead of the
+#: default's 30 s floor, longer than any run: restarted nodes then leave their
+#: quarantine while the run goes on, and a holder must have repaired its key on them
+#: by then. The search starts here.
+SKEW_FROM = 2**36
 
 
 class Deadlock(Exception):
@@ -393,6 +408,8 @@ class SimNode:
         self.started = world.now - 3600.0  # up for an hour when the run begins
         #: When it last came back empty (a restart or a failover).
         self.reset_at = -math.inf
+        #: How many times it lost its data (restarts and failovers).
+        self.resets = 0
         self.run_id = self._new_run_id()
         self.sessions: list[Link] = []
         self.paused_until = 0.0
@@ -481,6 +498,7 @@ class SimNode:
         self.backlog.clear()
         self.paused_until = 0.0
         self.store.flush()
+        self.resets += 1
         self.down_until = self.world.now + down
         self.reset_at = self.down_until
         if not failover:
@@ -507,11 +525,11 @@ class Fault:
     """One fault of a schedule: at ``at`` (virtual seconds after the start), ``kind``."""
 
     at: float
-    kind: str  # delay, slow, late, sever, pause, restart, failover, pubsub, stall
+    kind: str  # delay, slow, late, sever, pause, restart, failover, pubsub, stall, jump
     node: int = 0
     process: int = -1  # -1: every process
     seconds: float = 0.0  # how long it lasts
-    scale: float = 0.0  # delay: the mean extra latency; pubsub, late: a chance
+    scale: float = 0.0  # delay: the mean extra latency; pubsub, late: a chance; jump: s
     flag: bool = False  # sever: in-flight applied; restart: new run_id; delay: one link
     rank: int = 0  # slow: which of the process's command connections (by age)
 
@@ -529,6 +547,7 @@ class Fault:
             "failover": f"n{self.node} down {self.seconds:.3f}s",
             "pubsub": f"n{self.node} p{self.process} {self.seconds:.3f}s loss {self.scale:.2f}",
             "stall": f"{self.seconds:.3f}s",
+            "jump": f"p{self.process} wall clock {self.scale:+.6f}s",
         }[self.kind]
         return f"{self.at:8.4f} {self.kind} {extra}"
 
@@ -571,6 +590,13 @@ class World:
         #: When the loop was blocked (start, end), as it happened (a stall can push the
         #: faults planned during it later).
         self.stalls: list[tuple[float, float]] = []
+        #: How far each simulated process's wall clock (``time.time``) is off, in
+        #: seconds (see run.make_skews): machines' clocks disagree, and the fencing
+        #: floor is the acquirer's clock. None here: every process reads true time.
+        self.skews: dict[int, float] = {}
+        #: The managers' restart_grace: how long a node that came back empty is out of
+        #: the count for acquires (the default's 30 s floor outlasts every run).
+        self.grace = math.inf
 
     @property
     def urls(self) -> list[str]:
@@ -658,15 +684,16 @@ class World:
     def keeping(self, key: bytes, token: bytes | None, until: float, since: float) -> list[str]:
         """The nodes that do *not* keep ``key`` with ``token`` until ``until`` (virtual
         time), each as ``"n<i> <what it keeps>"``; a node restarted since ``since`` keeps
-        it, as far as the checker is concerned (the library's quarantine keeps others
-        out there).
+        it, as far as the checker is concerned, while its quarantine lasts (the library
+        keeps others out there until ``restart_grace`` after it came back; then the
+        holder's key must be back on it: repaired).
 
         Read without touching the store (an expired key is not removed): sampling
         changes nothing in the run.
         """
         short = []
         for node in self.nodes:
-            if node.reset_at > since:
+            if node.reset_at > since and node.reset_at + self.grace >= until:
                 continue
             ends = -math.inf
             value = node.store.data.get(key)
@@ -683,6 +710,17 @@ class World:
                 kept = f"until {ends:.6f}" if ends > self.now else "nothing"
                 short.append(f"n{node.index} {kept}")
         return short
+
+    def counters(self, key: bytes) -> list[int | None]:
+        """Each node's fencing counter ``key`` (None: it has none, or it expired), read
+        without touching the store, as :meth:`keeping` reads."""
+        values: list[int | None] = []
+        for node in self.nodes:
+            value = node.store.data.get(key)
+            expiry = node.store.expires.get(key)
+            alive = expiry is None or expiry > node.clock_ms()
+            values.append(int(value) if value is not None and alive else None)
+        return values
 
     # -- faults ----------------------------------------------------------------------
 
@@ -737,6 +775,11 @@ class World:
             node.restart(fault.seconds, fault.flag)
         elif kind == "failover":
             node.restart(fault.seconds, True, failover=True)
+        elif kind == "jump":
+            # The process's wall clock steps (NTP, an operator, a VM resumed); its
+            # monotonic clock, which the library times everything with, does not.
+            process = fault.process
+            self.skews[process] = self.skews.get(process, 0.0) + fault.scale
         elif kind == "stall":
             self.stalls.append((self.now, self.now + fault.seconds))
             self.now += fault.seconds  # the loop is blocked: time passes, nothing runs
@@ -751,7 +794,8 @@ class World:
 def virtual_process(world: World, seed: int) -> Iterator[None]:
     """Make the process's clocks and randomness the world's for the run's duration.
 
-    ``time.monotonic``/``time.time`` read the virtual clock; the ``random`` module, the
+    ``time.monotonic``/``time.time`` read the virtual clock (``time.time`` off by the
+    running process's skew, if the world gives it one); the ``random`` module, the
     ``secrets`` tokens and ``os.urandom`` draw from the run's seed. Restored after.
     """
     saved = (
@@ -773,8 +817,8 @@ def virtual_process(world: World, seed: int) -> Iterator[None]:
 
     time.monotonic = lambda: world.now
     time.monotonic_ns = lambda: int(world.now * 1e9)
-    time.time = lambda: WALL_EPOCH + world.now
-    time.time_ns = lambda: int((WALL_EPOCH + world.now) * 1e9)
+    time.time = lambda: WALL_EPOCH + world.now + world.skews.get(current_process.get(), 0.0)
+    time.time_ns = lambda: int(time.time() * 1e9)
     os.urandom = urandom
     secrets.token_bytes = token_bytes
     random.seed(f"lib-random-{seed}")
@@ -794,6 +838,7 @@ def virtual_process(world: World, seed: int) -> Iterator[None]:
 
 __all__ = [
     "ORDERED_FROM",
+    "SKEW_FROM",
     "Deadlock",
     "Error",
     "Fault",
