@@ -174,11 +174,16 @@ def search(first: int, count: int | None, seconds: float | None, jobs: int) -> i
     return 0
 
 
+def _shown(seed: int, keep: list[int] | None) -> str:
+    """The seed as ``replay`` takes it: ``--keep ''`` keeps no fault, none given all."""
+    return f"{seed}" + ("" if keep is None else f" --keep '{','.join(map(str, keep))}'")
+
+
 def regressions() -> int:
     """Replay every kept seed (with the faults it keeps); 1 at the first that fails."""
     for seed, keep in kept():
         result = _guarded(seed, keep)
-        shown = f"{seed}" + (f" --keep {','.join(map(str, keep))}" if keep else "")
+        shown = _shown(seed, keep)
         if isinstance(result, str) or result.failed:
             problems = [result] if isinstance(result, str) else result.violations
             print(f"kept seed {shown} FAILED:")
@@ -261,7 +266,7 @@ def main(argv: list[str]) -> int:
         )
         for seed, keep in seeds:
             result = run(seed, keep)
-            shown = f"{seed}" + (f" --keep {','.join(map(str, keep))}" if keep else "")
+            shown = _shown(seed, keep)
             print(f"{shown} {result.digest()} {len(result.history)} lines", flush=True)
         return 0
     if args.command == "search":

@@ -10,11 +10,14 @@ Safety (a violation fails the run):
   more than a minority of the nodes had lost the counter that made the earlier token
   (restarted empty since it was made, or never given it) when the later began: then
   only the acquirers' wall clocks order them, as ``aiolock/_fencing.py`` says. Read
-  from the nodes at each lock holding's first step; with one wall clock for every
-  process (seeds below ``run.SKEW_FROM``) it never excused an inversion.
+  from the nodes at each lock holding's first step. (From ``world.SKEW_FROM`` on the
+  processes' wall clocks differ: before, one clock for all kept tokens increasing
+  whatever the counters did.)
 * **kept**: at every step of a lock's holding, a quorum of nodes keep the lock's key
   at least until the step's validity ends (a node restarted since the holding began
-  counts as keeping it: the quarantine keeps the others out there). The real-server
+  counts as keeping it while its quarantine lasts, ``restart_grace`` after it came
+  back: the quarantine keeps the others out there; then the holder must have repaired
+  its key there). The real-server
   suite's ``watching`` rule (tests/test_late.py), read at every step without a
   sampling delay. It needs no rival: a key cut short under a holder is a violation
   even when nobody happened to take the lock in the gap.
@@ -27,7 +30,9 @@ Safety (a violation fails the run):
   node keeps a lock or slot key, and no key of ours lives without a ttl but the fencing
   counters.
 * **no crash**: no operation raises anything but the documented ``LockError``\\ s and
-  the cancellation asked for; the loop reports no exception in a callback.
+  the cancellation asked for; the loop reports no exception in a callback; the
+  library logs nothing at ERROR (a renewal tick that raised is caught and logged, and
+  the run goes on: ``run.Logged``).
 
 Liveness (reported apart, never a failure): acquires that outlived their timeout.
 """
