@@ -231,6 +231,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "fencing-counter",
         "renewal-retry-raises",
         "young-server",
+        "repair-overwrites",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(
