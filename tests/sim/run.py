@@ -243,6 +243,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         await asyncio.sleep(max(0.0, resumed - world.now) + SETTLE)
 
     sizes = make_memories(seed)
+    rec.watch_orphans = not sizes
     world.trace(f"seed {seed} config {cfg.describe()}")
     if sizes:
         shown = ", ".join(f"{where.rsplit('.', 1)[1]}={size}" for where, size in sizes.items())
@@ -274,6 +275,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         *rec.crashes,
         *errors,
         *logged.problems,
+        *rec.orphaned,
         *check_exclusion(rec.holdings),
         *check_kept(rec.holdings),
         *check_told(rec.holdings, world.stalls),

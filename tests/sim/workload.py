@@ -38,6 +38,9 @@ from aiolock import (
 from .world import ORDERED_FROM, SKEW_FROM, World, current_process
 
 NODE_TIMEOUT = 0.05
+#: How long a lock key may be held by a token nobody has, in a schedule without faults
+#: (see Recorder.look_for_orphans): latencies are below a millisecond there.
+ORPHAN_LIMIT = 1.0
 #: A lock's key on the nodes (the default prefix).
 KEY = b"aiolock:{%s}"
 
@@ -158,6 +161,18 @@ class Recorder:
         self.counts: dict[str, int] = {}
         self.crashes: list[str] = []
         self.late: list[str] = []  # acquires that outlived their timeout (liveness)
+        self.workers: list[Worker] = []
+        #: Tokens of detached locks: the ticket holds them (a dropped ticket leaves its
+        #: lock to its ttl, as documented), whoever attaches it or not.
+        self.tickets: set[bytes] = set()
+        #: Lock keys held by a token no handle has, since when: (name, token) -> time.
+        self.orphans: dict[tuple[str, bytes], float] = {}
+        self.orphaned: list[str] = []
+        #: Whether to look for them: not where the library's bounded memories are made
+        #: small (run.MEMORIES). There a grant to an offer its process forgot is never
+        #: taken, and the lock waits for its ttl: the price of forgetting, which at the
+        #: real size needs more than 4,096 offers sent by one process since.
+        self.watch_orphans = True
 
     def count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -168,6 +183,41 @@ class Recorder:
     def holding(self, h: Holding) -> Holding:
         self.holdings.append(h)
         return h
+
+    def look_for_orphans(self, names: tuple[str, ...]) -> None:
+        """In a schedule without faults: no lock key stays on a quorum of nodes for
+        more than :data:`ORPHAN_LIMIT` with a token that no handle (nor ticket) holds.
+
+        Without faults nothing is lost or late by more than a few hundred µs, so such a
+        key is a lock the library left held by nobody (a handoff to a waiter that left,
+        a grant nobody took): every waiter waits for its ttl. Read when a task starts an
+        operation (waiters that time out start the next one), without touching the
+        stores.
+        """
+        world = self.world
+        if world.faults or self.orphaned or not self.watch_orphans:
+            return
+        now = world.now
+        owned = set(self.tickets)
+        for worker in self.workers:
+            for handle, name in worker.handles:
+                token = key_token(handle, name)
+                if token is not None:
+                    owned.add(token)
+        quorum = len(world.nodes) // 2 + 1
+        seen = set()
+        for name in names:
+            for token, nodes in world.holders(KEY % name.encode()).items():
+                if nodes < quorum or token in owned:
+                    continue
+                seen.add((name, token))
+                since = self.orphans.setdefault((name, token), now)
+                if now - since > ORPHAN_LIMIT:
+                    self.orphaned.append(
+                        f"orphan: lock {name!r} held on {nodes} nodes by {token!r}, which no "
+                        f"handle holds, from {since:.6f} to {now:.6f} at least (no fault)"
+                    )
+        self.orphans = {k: v for k, v in self.orphans.items() if k in seen}
 
     def step(self, h: Holding, now: float, remaining: float, handle: Any) -> None:
         """A moment ``h`` believed it held, until ``now + remaining``; for a lock, what
@@ -201,6 +251,9 @@ class Worker:
         self.rng = random.Random(f"work-{seed}-{owner}")
         self.serial = itertools.count()
         self.cancelled_in_extend = False
+        #: The handles of the operation under way, with the names they lock.
+        self.handles: list[tuple[Any, str]] = []
+        rec.workers.append(self)
 
     def now(self) -> float:
         return time.monotonic()
@@ -213,6 +266,8 @@ class Worker:
                 self.owner,
                 f"op {op}" + (f" cancelled after {cancel_after:.3f}" if cancel_after else ""),
             )
+            self.handles.clear()
+            self.rec.look_for_orphans(("a", "b", "c"))  # (lock_many takes "c" too)
             try:
                 async with asyncio.timeout(cancel_after):
                     await getattr(self, f"op_{op}")(end)
@@ -316,6 +371,13 @@ class Worker:
             self.cancelled_in_extend = True
             raise
 
+    def _mine(self, handle: Any, *names: str) -> Any:
+        """``handle``, noted as this operation's (for what it locks: see look_for_orphans),
+        from before it acquires: a ``lock_many`` holds its first names while it waits for
+        the others."""
+        self.handles.extend((handle, name) for name in names)
+        return handle
+
     def _holding(
         self,
         domain: tuple[Any, ...],
@@ -338,7 +400,9 @@ class Worker:
     async def op_lock(self, end: float, *, extend: bool = False) -> None:
         name = self.rng.choice(self.cfg.names)
         renew = self.rng.random() < 0.7
-        lock = self.locks.lock(name, ttl=self._ttl(), timeout=self._timeout(), auto_renew=renew)
+        lock = self._mine(
+            self.locks.lock(name, ttl=self._ttl(), timeout=self._timeout(), auto_renew=renew), name
+        )
         async with lock:
             h = self._holding(
                 ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=renew
@@ -351,7 +415,7 @@ class Worker:
 
     async def op_manual(self, end: float) -> None:
         name = self.rng.choice(self.cfg.names)
-        lock = self.locks.lock(name, ttl=self._ttl(), auto_renew=False)
+        lock = self._mine(self.locks.lock(name, ttl=self._ttl(), auto_renew=False), name)
         if not await lock.acquire(timeout=self._timeout()):
             self.rec.count("timeout")
             return
@@ -366,7 +430,9 @@ class Worker:
 
     async def op_reentrant(self, end: float) -> None:
         name = self.rng.choice(self.cfg.names)
-        outer = self.locks.lock(name, ttl=self._ttl(), timeout=self._timeout(), reentrant=True)
+        outer = self._mine(
+            self.locks.lock(name, ttl=self._ttl(), timeout=self._timeout(), reentrant=True), name
+        )
         async with outer:
             h = self._holding(
                 ("lock", name), "x", outer, outer.fencing_token, outer.fencing_token, renewed=True
@@ -380,7 +446,7 @@ class Worker:
     async def op_handover(self, end: float) -> None:
         """Detach the lock and attach it again (as another task or process would)."""
         name = self.rng.choice(self.cfg.names)
-        lock = self.locks.lock(name, ttl=self._ttl(), timeout=self._timeout())
+        lock = self._mine(self.locks.lock(name, ttl=self._ttl(), timeout=self._timeout()), name)
         if not await lock.acquire():
             self.rec.count("timeout")
             return
@@ -395,10 +461,13 @@ class Worker:
             with contextlib.suppress(LockError):
                 await lock.release()
             raise
+        token = key_token(lock, name)
+        if token is not None:
+            self.rec.tickets.add(token)
         ticket = lock.detach()
         self.rec.event(self.owner, "detached")
         await asyncio.sleep(self.rng.uniform(0.0, 0.3) * lock.ttl)
-        again = await self.locks.attach(ticket)
+        again = self._mine(await self.locks.attach(ticket), name)  # (its own token)
         self.rec.event(self.owner, f"attached token {again.fencing_token}")
         try:
             await self._body(again, [h], self._work(1.0, again.ttl))
@@ -438,7 +507,9 @@ class Worker:
 
     async def op_many(self, end: float) -> None:
         names = sorted(set(self.rng.sample(("a", "b", "c"), 2)) | {self.rng.choice(self.cfg.names)})
-        many = self.locks.lock_many(names, ttl=self._ttl(), timeout=self._timeout())
+        many = self._mine(
+            self.locks.lock_many(names, ttl=self._ttl(), timeout=self._timeout()), *names
+        )
         async with many:
             tokens = many.fencing_tokens or {}
             holds = [

@@ -711,6 +711,17 @@ class World:
                 short.append(f"n{node.index} {kept}")
         return short
 
+    def holders(self, key: bytes) -> dict[bytes, int]:
+        """On how many nodes each value of ``key`` lives (an expired key counts on none),
+        read without touching the stores."""
+        counts: dict[bytes, int] = {}
+        for node in self.nodes:
+            value = node.store.data.get(key)
+            expiry = node.store.expires.get(key)
+            if isinstance(value, bytes) and (expiry is None or expiry > node.clock_ms()):
+                counts[value] = counts.get(value, 0) + 1
+        return counts
+
     def counters(self, key: bytes) -> list[int | None]:
         """Each node's fencing counter ``key`` (None: it has none, or it expired), read
         without touching the store, as :meth:`keeping` reads."""
