@@ -232,6 +232,10 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "renewal-retry-raises",
         "young-server",
         "repair-overwrites",
+        "lock-many-release-cancelled",
+        "cleaned-nodes-read-late",
+        "grants-undone-by-own-attempt",
+        "failover-quarantine-reconnect",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(
