@@ -236,6 +236,9 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "cleaned-nodes-read-late",
         "grants-undone-by-own-attempt",
         "failover-quarantine-reconnect",
+        "handoff-old-token",
+        "script-not-loaded",
+        "release-cancelled-handoff",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(
