@@ -37,8 +37,8 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # Two pauses: a grant came late from a node the renewal had counted since, and was
     # given back there (the holder's key kept on one node of three).
     ("a late grant of a held token given back", 8589934748, [0, 3], "kept"),
-    # The same two, found again from where the search starts now (2**35: one timer at a
-    # time, failovers): a delay on one node and a "late" burst; two "late" bursts.
+    # The same two, found again from where the search started then (2**35: one timer at
+    # a time, failovers): a delay on one node and a "late" burst; two "late" bursts.
     (
         "the renewal on connections of its own (a late extend cuts a renewed key)",
         39359738380,

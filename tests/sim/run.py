@@ -44,7 +44,8 @@ SWARM_FROM = 2**32
 #: workload.py) on, the workload makes leases too; from ORDERED_FROM (2**35, world.py)
 #: on, the loop releases its timers one at a time, the kinds include "failover" (an
 #: empty server with a new run_id and a long uptime takes a node's address over), and
-#: a body awaits the cancellation of a loss it saw noted; the search starts there.
+#: a body awaits the cancellation of a loss it saw noted; from SKEW_FROM (2**36,
+#: world.py), where the search starts, each process has a wall clock of its own.
 LATE_FROM = 2**33
 #: The spreads a run's skews are drawn within (seconds either way).
 SKEWS = (0.0, 0.001, 0.05, 2.0, 60.0)

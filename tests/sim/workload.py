@@ -110,8 +110,8 @@ class Config:
 
 
 #: Seeds from here on draw ``Config.ttl`` and ``Config.short``; seeds below replay
-#: unchanged (see run.py for the ranges below it, world.ORDERED_FROM for the one above,
-#: where the search starts).
+#: unchanged (see run.py for the ranges below it, world.py for the two above it:
+#: ORDERED_FROM, and SKEW_FROM, where the search starts).
 LEASES_FROM = 2**34
 
 OPS = ("lock", "lock", "lock", "manual", "extend", "reentrant", "handover", "sem", "rw", "many")

@@ -59,7 +59,6 @@ MAX_ITERATIONS = 1_000_000
 #: :class:`SimLoop`): their histories are the same on every Python version. Seeds below
 #: run asyncio's batches, as the seeds kept from them were found on: they replay
 #: unchanged on the version they were found on, and about 1 in 100 differs on another.
-#: The search starts here.
 ORDERED_FROM = 2**35
 #: Seeds from here on give each simulated process a wall clock of its own: off by a
 #: skew drawn per run (``run.make_skews``, up to a minute: machines' clocks disagree),
