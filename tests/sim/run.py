@@ -144,7 +144,7 @@ def make_faults(seed: int, cfg: Config) -> list[Fault]:
                 scale=rng.choice((0.1, 0.3, 0.6)),
             )
         elif kind == "jump":
-            step = rng.choice((0.001, 0.05, 2.0, 60.0))
+            step = rng.choice(SKEWS[1:])  # as far as a skew may be
             fault = Fault(
                 at, kind, -1, rng.randrange(cfg.processes), scale=rng.uniform(-step, step)
             )
