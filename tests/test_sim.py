@@ -239,6 +239,9 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "handoff-old-token",
         "script-not-loaded",
         "release-cancelled-handoff",
+        "grant-for-waiter-that-left",
+        "attempt-loses-to-its-grant",
+        "semaphore-release-deletes",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(
