@@ -110,9 +110,8 @@ class Node(ReplyReader):
         #: The server's ``run_id`` as of the current connection (``None``: not known
         #: yet, or ``INFO`` is not allowed).
         self.run_id: bytes | None = None
-        #: Since when the node counts as restarted (monotonic): its server's start, or
-        #: the moment we saw its ``run_id`` change (a restart or a failover behind the
-        #: same address); ``None`` when unknown (``INFO`` denied). See restart_grace.
+        #: Since when the node counts as restarted (monotonic): its server's start, or when
+        #: its ``run_id`` changed; ``None`` if unknown (``INFO`` denied); see restart_grace.
         self.restarted_at: float | None = None
         #: Whether we saw the ``run_id`` change (else: a server first seen young).
         self.restart_seen = False
@@ -124,8 +123,7 @@ class Node(ReplyReader):
         self.on_identity: Callable[[Node], None] | None = None
         self._identified: asyncio.Future[None] | None = None
         self._info_denied_logged = False
-        #: When set, every reply is replaced by this error (the node must not vote:
-        #: see :meth:`refuse`).
+        #: When set, every reply is replaced by this error (no vote: see :meth:`refuse`).
         self._refused: Exception | None = None
 
     def __repr__(self) -> str:
@@ -310,15 +308,13 @@ class Node(ReplyReader):
             restarted_at = now - int(uptime) if uptime.isdigit() else None
             if self.run_id is not None:
                 if self._last_run_id is not None and self.run_id != self._last_run_id:
-                    # Another server behind the same address (restarted, or a replica
-                    # promoted that may lack keys): count from now whatever its uptime.
+                    # Another server at the address (restarted, a promoted replica): now.
                     restarted_at = now if restarted_at is None else max(restarted_at, now)
                     self.restart_seen = True
                 self._last_run_id = self.run_id
             if restarted_at is not None:
-                # Never earlier than a start seen before: a reconnect to the server that
-                # took the address over reads its run_id as known and its long uptime,
-                # and would end the quarantine its run_id's change began.
+                # Never earlier than before: a failover's server, reconnected to, reads
+                # as known with a long uptime (the quarantine must go on).
                 last = self.restarted_at
                 self.restarted_at = restarted_at if last is None else max(last, restarted_at)
         elif not self._info_denied_logged and not isinstance(reply, RedisConnectionError):
