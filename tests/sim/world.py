@@ -710,27 +710,28 @@ class World:
                 short.append(f"n{node.index} {kept}")
         return short
 
-    def holders(self, key: bytes) -> dict[bytes, int]:
-        """On how many nodes each value of ``key`` lives (an expired key counts on none),
-        read without touching the stores."""
-        counts: dict[bytes, int] = {}
-        for node in self.nodes:
-            value = node.store.data.get(key)
-            expiry = node.store.expires.get(key)
-            if isinstance(value, bytes) and (expiry is None or expiry > node.clock_ms()):
-                counts[value] = counts.get(value, 0) + 1
-        return counts
-
-    def counters(self, key: bytes) -> list[int | None]:
-        """Each node's fencing counter ``key`` (None: it has none, or it expired), read
-        without touching the store, as :meth:`keeping` reads."""
-        values: list[int | None] = []
+    def _live(self, key: bytes) -> list[bytes | None]:
+        """Each node's string value of ``key`` (None: none, or expired), read without
+        touching the stores, as :meth:`keeping` reads."""
+        values: list[bytes | None] = []
         for node in self.nodes:
             value = node.store.data.get(key)
             expiry = node.store.expires.get(key)
             alive = expiry is None or expiry > node.clock_ms()
-            values.append(int(value) if value is not None and alive else None)
+            values.append(value if isinstance(value, bytes) and alive else None)
         return values
+
+    def holders(self, key: bytes) -> dict[bytes, int]:
+        """On how many nodes each value of ``key`` lives."""
+        counts: dict[bytes, int] = {}
+        for value in self._live(key):
+            if value is not None:
+                counts[value] = counts.get(value, 0) + 1
+        return counts
+
+    def counters(self, key: bytes) -> list[int | None]:
+        """Each node's fencing counter ``key`` (None: it has none, or it expired)."""
+        return [None if value is None else int(value) for value in self._live(key)]
 
     # -- faults ----------------------------------------------------------------------
 
