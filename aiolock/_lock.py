@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
 from typing import TYPE_CHECKING, Final
 
@@ -61,17 +62,15 @@ class Lock(BaseHandle):
         task_bound: bool = False,
     ) -> None:
         super().__init__(engine, name, ttl=ttl, timeout=timeout, report=report)
-        #: Whether the handle takes part in the per-task bookkeeping (see _tasks.py),
-        #: and may share an acquisition of its task's.
+        #: Whether the handle is in its task's bookkeeping (_tasks.py), sharing its holds.
         self._task_bound = task_bound
         self._reentrant = reentrant
         self._entry: Entry | None = None
         self._max_hold = max_hold
         self._key = engine.key(name) if key is None else key
         self._auto_renew = auto_renew
-        #: The current acquisition (kept after a loss, so that release() deletes
-        #: what remains), and the renewal of the last one (its loss stays readable
-        #: in ``lost`` after the release, until the next acquisition).
+        #: The current acquisition (kept after a loss: release() deletes what remains),
+        #: the last one's renewal (its loss readable in ``lost`` until the next one).
         self._hold: Hold | None = None
         self._renewal: Renewal | None = None
         #: The held lock was handed over (see :meth:`detach`).
@@ -107,9 +106,9 @@ class Lock(BaseHandle):
     def fencing_token(self) -> int | None:
         """The fencing token of the current acquisition; ``None`` when not held.
 
-        Across every holder of the name, tokens strictly increase in acquisition
-        order: pass it to the protected resource, which must refuse a write with a
-        token lower than one it has seen (see ``examples/fenced_store.py``).
+        Across every holder of the name, tokens strictly increase in acquisition order:
+        give it to the protected resource, which refuses a write with a token lower than
+        one it has seen (``examples/fenced_store.py``).
         """
         hold = self._hold
         return hold.fence if hold is not None else None
@@ -178,6 +177,8 @@ class Lock(BaseHandle):
             repairable=self._repairable,
         )
         self._renewal = engine.renewer.start(hold) if self._auto_renew else None
+        if self._renewal is not None:  # lost: not held here, late grants of it go back
+            self._renewal.on_lost(functools.partial(engine.let_go, hold.token))
         if self._task_bound:
             self._entry = engine.tasks.add(
                 self._key, hold, self._renewal, reentrant=self._reentrant

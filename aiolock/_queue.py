@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from ._handoff import Taker
     from ._pubsub import Listener
     from ._turns import Entry
 
-__all__ = ["Queue"]
+__all__ = ["Queue", "Streaks"]
+
+#: The most names whose streak is kept (see Streaks), the oldest forgotten first.
+STREAKS_KEPT: Final = 1024
 
 
 class Queue:
@@ -52,3 +55,35 @@ class Queue:
         self.takers: dict[asyncio.Future[float | None], Taker] = {}
         # Our place in the name's turn queue on the nodes (a plain lock's; see _turns).
         self.entry: Entry | None = None
+
+
+class Streaks:
+    """Streaks of handoffs kept while a name's queue is gone and its lock is ours.
+
+    A queue that empties (its last waiter took the lock, or left while a task of ours
+    held it) keeps its streak here, and a task that queues before the holder releases
+    goes on counting it (Waiting.released); a release with no waiter of ours ends it.
+    Without it, a process whose tasks queue one at a time, each while the one before
+    holds, starts a streak at every handoff, and the other processes' turns never come
+    (found by the simulation's liveness rules, tests/sim/live.py).
+    """
+
+    __slots__ = ("_kept",)
+
+    def __init__(self) -> None:
+        self._kept: dict[bytes, tuple[int, bool]] = {}
+
+    def keep(self, key: bytes, queue: Queue) -> None:
+        """``queue`` of ``key`` empties (the lock may stay with a task of ours)."""
+        if queue.local_streak:
+            self._kept[key] = (queue.local_streak, queue.alone)
+            if len(self._kept) > STREAKS_KEPT:
+                del self._kept[next(iter(self._kept))]
+
+    def resume(self, key: bytes, queue: Queue) -> None:
+        """A new ``queue`` of ``key`` goes on with the streak kept, if any."""
+        queue.local_streak, queue.alone = self._kept.pop(key, (0, False))
+
+    def end(self, key: bytes) -> None:
+        """The lock of ``key`` leaves this process (a release with no waiter of ours)."""
+        self._kept.pop(key, None)

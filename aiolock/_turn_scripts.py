@@ -72,7 +72,10 @@ redis.call('pexpire', KEYS[%(k)d], ARGV[%(l)d])
 #         (without: its offer is taken out)
 # returns 1 when the key held the token and was released (or granted), else 0. The
 # message on ``<key>:released`` is the member named, or empty (nobody in line: every
-# waiting process may try); a grant's, on ``<key>:turn:<member>``, is "seq fence".
+# waiting process may try); a grant's, on ``<key>:turn:<member>``, is "seq fence". A
+# key already gone (expired just before its release) is announced as a release is:
+# the lock is free, and a waiter that learnt a longer PTTL (the holder shortened it
+# with extend() since) would otherwise sleep until then.
 RELEASE_TURN = (
     b"""\
 local holder = redis.call('get', KEYS[1])
@@ -139,7 +142,7 @@ if redis.call('zcard', KEYS[3]) > 0 then
         end
     end
 end
-if released == 1 then
+if released == 1 or not holder then
     redis.call('publish', KEYS[1] .. ':released', turn)
 end
 return released

@@ -1,8 +1,7 @@
 """How a blocked acquire learns that the lock was released.
 
-Polling (redis-py's Lock sleeps 0.1 s, Redlock ports 0.1-0.3 s) caps contended
-throughput at a few hundred critical sections a second and makes every handoff cost
-tens of milliseconds. Instead:
+Polling (redis-py's Lock sleeps 0.1 s, Redlock ports 0.1-0.3 s) caps contention at a
+few hundred critical sections a second, each handoff tens of milliseconds. Instead:
 
 * **Within a process**, the tasks waiting for one name queue locally, in FIFO order.
   Only the head of the queue contends remotely; the others wait for their turn. So a
@@ -12,11 +11,10 @@ tens of milliseconds. Instead:
   connection per node per manager, subscribed only while someone waits) and tries
   again on the first message. It listens on ``n - quorum + 1`` of the nodes, which
   hear every successful release (see ``Waiting._listeners``).
-* **A release that hands the lock to a waiter of its own process says so** (the
-  message ``l``): the waiters of other processes would only lose the race to it, and
-  do not try. If no local waiter takes it after all, the last one to leave
-  announces the lock as free. The clean-up of a race lost to a holder with a quorum
-  says the same (see ``Quorum.acquire``).
+* **A release that hands the lock to a waiter of its own process says so** (``l``):
+  other processes' waiters would only lose the race, and do not try. If no local
+  waiter takes it after all, the last to leave announces it free. The clean-up of a
+  race lost to a holder with a quorum says the same (see ``Quorum.acquire``).
 * **A local release wakes the local head at once**, before its own replies are in:
   on the ordered connection of each node the release is written before the head's
   acquire, so it reaches the node first, and the handoff costs no extra round trip.
@@ -25,12 +23,11 @@ tens of milliseconds. Instead:
   is; the others do not try (see ``_turns.py``). Where it can, the release grants
   that process the lock outright, which then makes no attempt (see ``_grants.py``).
 * **A lost message costs at most one ttl, never a hang**: the head also wakes when
-  the holder's key would expire (its PTTL, learnt from the failed attempt), and when
-  a pub/sub connection is lost, and never sleeps past the caller's deadline.
+  the holder's key would expire (its PTTL, from the failed attempt), when a pub/sub
+  connection is lost, and at the caller's deadline.
 * **Where a node refuses pub/sub** (an ACL without ``+subscribe``, a proxy without
-  it: a WARNING is logged once, see ``Subscriber``), the heads of the queues that
-  listen on it poll: every :data:`POLL_INTERVAL` (with jitter), never longer than
-  the holder's PTTL.
+  it: a WARNING is logged once, see ``Subscriber``), the heads listening on it poll,
+  every :data:`POLL_INTERVAL` (with jitter), never longer than the holder's PTTL.
 """
 
 from __future__ import annotations
@@ -50,7 +47,7 @@ from ._grants import Grants
 from ._handoff import Line, Taker, others_in_line
 from ._keys import grant_channel, release_channel, turn_keys
 from ._pubsub import ClusterSubscriber, Listener, Subscriber
-from ._queue import Queue
+from ._queue import Queue, Streaks
 from ._scripts import NOT_FREE
 from ._turns import Turns
 from ._votes import Attempt, Votes
@@ -116,6 +113,7 @@ class Waiting:
         self._announce = announce
         self._confirm_timeout = confirm_timeout
         self._queues: dict[bytes, Queue] = {}
+        self._streaks = Streaks()
         self._by_channel: dict[bytes, Queue] = {}
         self._subscribers: list[Listener] = [
             ClusterSubscriber(node, on_message=self._on_message, on_reset=self._on_reset)
@@ -141,18 +139,17 @@ class Waiting:
         the waiters of every other process, and they race on equal terms.
 
         Returns whether the lock goes to a local waiter: the release then says so
-        (:data:`~aiolock._scripts.NOT_FREE`), and the waiters of other processes, who would only
-        lose the race, do not try. Should no local waiter take it after all (they
-        all left first), the last one to leave announces the lock as free.
-
-        After a handoff that found no other process in the turn queue, the streak is
-        ``LONE_STREAK`` long: its end lets in processes that wait out of line.
+        (:data:`~aiolock._scripts.NOT_FREE`; see the module's docstring). After a
+        handoff that found no other process in the turn queue, the streak is
+        ``LONE_STREAK`` long: its end lets in processes that wait out of line. A
+        streak survives the queue emptying while the lock stays here (``Streaks``).
 
         ``pass_on``: the caller can pass the lock on in one script (a plain lock). When
         the head sleeps, it is claimed and returned (see :class:`Taker`).
         """
         queue = self._queues.get(key)
         if queue is None:
+            self._streaks.end(key)  # the lock leaves this process
             return False
         if queue.local_streak < (LONE_STREAK if queue.alone else LOCAL_STREAK):
             queue.local_streak += 1
@@ -233,6 +230,7 @@ class Waiting:
         if queue is None:
             announced = channels or (release_channel(key),)
             queue = self._queues[key] = Queue(announced, self._listeners(key))
+            self._streaks.resume(key, queue)
             for channel in queue.channels:
                 self._by_channel[channel] = queue
         turn: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
@@ -330,6 +328,7 @@ class Waiting:
                 queue.entries[0].set_result(taken)
             return
         del self._queues[key]
+        self._streaks.keep(key, queue)  # the lock may stay with us: its streak goes on
         # Named by a release, and no waiter of ours took the lock: it is free for all.
         in_line = queue.entry is not None
         unused_turn = queue.entry is not None and queue.entry.close()

@@ -628,6 +628,34 @@ MUTANTS = [
             "test_lock_many_release_cancelled_midway_still_releases_every_name",
         ),
     ),
+    # Found by the simulation's liveness rules (tests/sim/live.py).
+    Mutant(
+        "a streak of handoffs starts again whenever the local queue empties",
+        "aiolock/_waiting.py",
+        "        self._streaks.keep(key, queue)  # the lock may stay with us: its streak goes on\n",
+        "",
+        (
+            "tests/test_turns.py::"
+            "test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_streak",
+        ),
+    ),
+    Mutant(
+        "a release that finds its lock expired announces nothing",
+        "aiolock/_turn_scripts.py",
+        "if released == 1 or not holder then",
+        "if released == 1 then",
+        (
+            "tests/test_turns.py::"
+            "test_a_release_that_finds_its_lock_expired_still_names_the_next_in_line",
+        ),
+    ),
+    Mutant(
+        "a lost lock's token stays noted as held (Grants._held grows)",
+        "aiolock/_lock.py",
+        "            self._renewal.on_lost(functools.partial(engine.let_go, hold.token))\n",
+        "            pass\n",
+        ("tests/test_late.py::test_a_lost_locks_token_is_forgotten_though_its_handle_is_dropped",),
+    ),
 ]
 
 

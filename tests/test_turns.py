@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 import redis.asyncio as redis
 
+import aiolock
 import aiolock._turns
 from aiolock import LockManager
 from aiolock._waiting import LOCAL_STREAK
@@ -224,6 +225,76 @@ async def test_a_thousand_waiting_tasks_over_four_processes_take_turns_at_a_cons
     # one entry in line, and only its head tries); losing races would add 5 each (11.8
     # before turns).
     assert many <= 7.5, many
+
+
+@pytest.mark.parametrize("emptied_by", ["taking", "leaving"])
+async def test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_streak(
+    urls: list[str], clients: list[redis.Redis], name: str, emptied_by: str
+) -> None:
+    # Found by the simulation's liveness rules (tests/sim/live.py, seed 68719476742:
+    # one process held a name 13 times in a row while two others waited for seconds;
+    # seed 137438990719, its queue emptied by a waiter that timed out). Here each task
+    # of the busy process queues only while the one before holds: its local queue
+    # empties at every handoff ("taking"), and before it a waiter gives up ("leaving").
+    # The streak of handoffs must survive both, or it starts again and the other
+    # process never gets its turn.
+    async with LockManager(urls) as busy, LockManager(urls) as other:
+        holder = busy.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        other_lock = other.lock(name, ttl=30, auto_renew=False)
+        other_waits = asyncio.create_task(other_lock.acquire(timeout=20))
+        await in_line(clients, name, 1)
+        queue = key(name).encode()
+        handoffs = 0
+        while not other_waits.done() and handoffs <= 2 * LOCAL_STREAK:
+            if emptied_by == "leaving":
+                quitter = busy.lock(name, ttl=30, auto_renew=False)
+                assert not await asyncio.create_task(quitter.acquire(timeout=0.05))
+            successor = busy.lock(name, ttl=30, auto_renew=False)
+            takes = asyncio.create_task(successor.acquire(timeout=20))
+            while busy._engine.waiting.waiters(queue) == 0:
+                await asyncio.sleep(0.001)
+            await holder.release()
+            await asyncio.sleep(0.05)  # the other process's turn, if it has one
+            if not other_waits.done():
+                handoffs += 1
+            if other_waits.done() and not takes.done():
+                assert await other_waits
+                await other_lock.release()
+            assert await asyncio.wait_for(takes, 20)
+            holder = successor
+        await holder.release()
+        # The busy process handed the lock to its own waiters LOCAL_STREAK times, then
+        # the release named the other process (on the old code: never, in 9 handoffs).
+        assert handoffs == LOCAL_STREAK, handoffs
+        assert other_waits.done()
+        assert other_waits.result()
+
+
+@pytest.mark.usefixtures("naming_only")
+async def test_a_release_that_finds_its_lock_expired_still_names_the_next_in_line(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    # Found by the simulation's "idle" rule (tests/sim/live.py, seed 140000002136): a
+    # holder shortened its lock with extend() after a waiter's attempt had learnt the
+    # longer PTTL, and released it just after it expired. The release deleted nothing
+    # and announced nothing, and the waiter slept on until that PTTL, the lock free.
+    async with LockManager(urls) as holder_side, LockManager(urls) as waiter_side:
+        holder = holder_side.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
+        waits = asyncio.create_task(waiter.acquire(timeout=10))
+        await in_line(clients, name, 1)  # its attempt failed: it sleeps until the PTTL
+        await holder.extend(0.2)
+        await asyncio.sleep(0.5)  # expired on every node
+        released = time.monotonic()
+        with contextlib.suppress(aiolock.LockNotOwned):
+            await holder.release()
+        # Named by the release, the waiter tries at once: not after its PTTL (30 s),
+        # nor its timeout (10 s; on the old code it returned False then).
+        assert await asyncio.wait_for(waits, 20)
+        assert time.monotonic() - released < aiolock._turns.FALLBACK * 0.6
+        await waiter.release()
 
 
 @pytest.mark.usefixtures("naming_only")
