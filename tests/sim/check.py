@@ -34,7 +34,12 @@ Safety (a violation fails the run):
   library logs nothing at ERROR (a renewal tick that raised is caught and logged, and
   the run goes on: ``run.Logged``).
 
-Liveness (reported apart, never a failure): acquires that outlived their timeout.
+Liveness, in schedules without faults (live.py): no waiter waits while its name is free
+on every node ("idle"), a process hands a name to its own waiters only so many times in
+a row while another waits ("streak"), nothing is lost ("kept held"), and a manager at
+rest keeps no renewal, queue or held token ("at rest", with faults too); with the
+no-orphan rule (workload.Recorder.look_for_orphans). A run stopped as busy (a livelock)
+is reported apart.
 """
 
 from __future__ import annotations

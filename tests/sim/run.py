@@ -16,12 +16,16 @@ import random
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 from unittest import mock
 
+import aiolock._handoff
+
 from .check import check_exclusion, check_kept, check_keys, check_told
+from .live import Liveness, lost_without_a_fault
 from .workload import Config, Recorder, make_config, run_processes
-from .world import ORDERED_FROM, SKEW_FROM, Deadlock, Fault, World, virtual_process
+from .world import LIVE_FROM, ORDERED_FROM, SKEW_FROM, Deadlock, Fault, World, virtual_process
 
 #: The nodes' clocks run at rates within 1 ± this (under the default drift_factor 0.01).
 DRIFT = 0.009
@@ -45,7 +49,8 @@ SWARM_FROM = 2**32
 #: on, the loop releases its timers one at a time, the kinds include "failover" (an
 #: empty server with a new run_id and a long uptime takes a node's address over), and
 #: a body awaits the cancellation of a loss it saw noted; from SKEW_FROM (2**36,
-#: world.py), where the search starts, each process has a wall clock of its own.
+#: world.py) each process has a wall clock of its own; from LIVE_FROM (2**37,
+#: world.py), where the search starts, 2 schedules in 7 have no fault (see live.py).
 LATE_FROM = 2**33
 #: The spreads a run's skews are drawn within (seconds either way).
 SKEWS = (0.0, 0.001, 0.05, 2.0, 60.0)
@@ -59,9 +64,11 @@ MEMORIES = {
 }
 
 
-def make_memories(seed: int) -> dict[str, int]:
-    """The sizes of the library's bounded memories in ``seed``'s schedule (empty: real)."""
-    if seed < LATE_FROM:
+def make_memories(seed: int, faults: list[Fault]) -> dict[str, int]:
+    """The sizes of the library's bounded memories in ``seed``'s schedule (empty: real);
+    ``faults``: the schedule's, all of them (from LIVE_FROM on, a schedule without
+    faults keeps the real sizes: the liveness rules apply there)."""
+    if seed < LATE_FROM or (seed >= LIVE_FROM and not faults):
         return {}
     rng = random.Random(f"memories-{seed}")
     if rng.random() < 0.5:
@@ -90,7 +97,7 @@ def make_skews(seed: int, cfg: Config) -> dict[int, float]:
 def make_faults(seed: int, cfg: Config) -> list[Fault]:
     """The faults of a schedule, in time order."""
     rng = random.Random(f"faults-{seed}")
-    count = rng.choice((0, 2, 4, 8, 12, 16))
+    count = rng.choice((0, 0, 2, 4, 8, 12, 16) if seed >= LIVE_FROM else (0, 2, 4, 8, 12, 16))
     kinds: tuple[str, ...] = KINDS
     if seed >= SWARM_FROM:
         swarm = random.Random(f"swarm-{seed}")
@@ -199,7 +206,6 @@ class Result:
     history: list[str]
     holdings: int
     counts: dict[str, int]
-    late: list[str] = field(default_factory=list)
     busy: bool = False  # stopped as a livelock (World.max_deliveries)
 
     @property
@@ -215,6 +221,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     """Play the schedule of ``seed`` (only the faults numbered in ``keep``, if given)."""
     cfg = make_config(seed)
     faults = make_faults(seed, cfg)
+    sizes = make_memories(seed, faults)
     if keep is not None:
         kept = set(keep)
         faults = [f for i, f in enumerate(faults) if i in kept]
@@ -223,6 +230,9 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     if cfg.grace is not None:
         world.grace = cfg.grace
     rec = Recorder(world)
+    rec.live = Liveness(world, cfg.processes)
+    rec.nudge_chance = cfg.nudge
+    world.observer = rec.live.sample
     errors: list[str] = []
 
     def on_error(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:
@@ -243,8 +253,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         resumed = max((n.paused_until for n in world.nodes), default=0.0)
         await asyncio.sleep(max(0.0, resumed - world.now) + SETTLE)
 
-    sizes = make_memories(seed)
-    rec.watch_orphans = not sizes
+    rec.watch_orphans = rec.live.on = not sizes
     world.trace(f"seed {seed} config {cfg.describe()}")
     if sizes:
         shown = ", ".join(f"{where.rsplit('.', 1)[1]}={size}" for where, size in sizes.items())
@@ -255,7 +264,18 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     for i, fault in enumerate(faults):
         world.trace(f"planned #{i} {fault}")
     logged = Logged(world)
-    with virtual_process(world, seed), memories(sizes), logged.attached():
+    give_back = aiolock._handoff.give_back
+
+    def given_back(quorum: Any, key: bytes, token: bytes, **kwargs: Any) -> None:
+        rec.live.given_back(key.decode().partition("{")[2].rpartition("}")[0])
+        give_back(quorum, key, token, **kwargs)
+
+    with (
+        virtual_process(world, seed),
+        memories(sizes),
+        logged.attached(),
+        mock.patch("aiolock._grants.give_back", given_back),
+    ):
         try:
             with asyncio.Runner(loop_factory=lambda: world.loop) as runner:
                 runner.run(main())
@@ -269,7 +289,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
             errors.extend(f"crash: {e!r}" for e in group.exceptions)
     if world.busy:  # stopped midway: liveness, reported apart; nothing else is judged
         return Result(
-            seed, cfg, faults, [], world.history, len(rec.holdings), rec.counts, rec.late, busy=True
+            seed, cfg, faults, [], world.history, len(rec.holdings), rec.counts, busy=True
         )
     keys = {n.index: n.store.keys() for n in world.nodes}
     violations = [
@@ -277,6 +297,9 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         *errors,
         *logged.problems,
         *rec.orphaned,
+        *rec.live.problems,
+        *rec.resting,
+        *(lost_without_a_fault(rec.holdings, rec.counts) if rec.live.on and not faults else []),
         *check_exclusion(rec.holdings),
         *check_kept(rec.holdings),
         *check_told(rec.holdings, world.stalls),
@@ -284,9 +307,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     ]
     for problem in violations:
         world.trace(f"VIOLATION {problem.splitlines()[0]}")
-    return Result(
-        seed, cfg, faults, violations, world.history, len(rec.holdings), rec.counts, rec.late
-    )
+    return Result(seed, cfg, faults, violations, world.history, len(rec.holdings), rec.counts)
 
 
 def shrink(seed: int) -> tuple[list[int], Result]:

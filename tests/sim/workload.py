@@ -35,7 +35,8 @@ from aiolock import (
     QuorumError,
 )
 
-from .world import ORDERED_FROM, SKEW_FROM, World, current_process
+from .live import FIRST_TRY, Liveness, at_rest
+from .world import LIVE_FROM, ORDERED_FROM, SKEW_FROM, World, current_process
 
 NODE_TIMEOUT = 0.05
 #: How long a lock key may be held by a token nobody has, in a schedule without faults
@@ -101,6 +102,11 @@ class Config:
     #: (else 2), which outlive restarted nodes' quarantines: their keys must have been
     #: repaired by then.
     long: bool = field(default=False, repr=False)
+    #: From LIVE_FROM on: the chance that a body, as it ends, has a waiter for one of
+    #: its names cancelled a few hundred microseconds later (see Recorder.nudge): while
+    #: the lock is handed to it, or granted, which a cancellation at a random time
+    #: seldom hits (a handoff takes a round trip).
+    nudge: float = field(default=0.0, repr=False)
 
     def describe(self) -> str:
         extra = f" ttl {self.ttl:.3f}" if self.ttl is not None else ""
@@ -138,6 +144,8 @@ def make_config(seed: int) -> Config:
             longest = cfg.ttl if cfg.ttl is not None else 3.0
             cfg.grace = longest * (2 if {"extend", "manual"} & set(cfg.ops) else 1)
         cfg.long = more.random() < 0.3
+    if seed >= LIVE_FROM:
+        cfg.nudge = random.Random(f"nudge-{seed}").choice((0.0, 0.2, 0.5))
     return cfg
 
 
@@ -160,7 +168,13 @@ class Recorder:
         self.holdings: list[Holding] = []
         self.counts: dict[str, int] = {}
         self.crashes: list[str] = []
-        self.late: list[str] = []  # acquires that outlived their timeout (liveness)
+        #: The liveness rules (live.py): waiters are served, processes take turns.
+        self.live = Liveness(world, 1)
+        #: What the managers kept once their tasks had finished (live.at_rest).
+        self.resting: list[str] = []
+        #: See Config.nudge (set by run.run).
+        self.nudge_chance = 0.0
+        self._nudges = random.Random(f"nudges-{world.seed}")
         self.workers: list[Worker] = []
         #: Tokens of detached locks: the ticket holds them (a dropped ticket leaves its
         #: lock to its ttl, as documented), whoever attaches it or not.
@@ -179,6 +193,26 @@ class Recorder:
 
     def event(self, owner: str, what: str) -> None:
         self.world.trace(f"{owner} {what}")
+
+    def nudge(self, names: list[str]) -> None:
+        """A body is ending, its release next: with ``nudge_chance``, a waiter for one
+        of ``names`` is cancelled up to 500 µs later (its operation's timeout made to
+        expire), while the release hands the lock on to it, or grants it."""
+        if not self.nudge_chance or self._nudges.random() >= self.nudge_chance:
+            return
+        waiting = [w for w in self.workers if w.waiting_for in names and w.scope is not None]
+        if not waiting:
+            return
+        target = self._nudges.choice(waiting)
+        scope, delay = target.scope, self._nudges.uniform(0.0, 0.0005)
+        loop = asyncio.get_running_loop()
+
+        def cancel() -> None:
+            if target.scope is scope and scope is not None and not scope.expired():
+                self.event(target.owner, "nudged: cancelled")
+                scope.reschedule(loop.time())
+
+        loop.call_later(delay, cancel)
 
     def holding(self, h: Holding) -> Holding:
         self.holdings.append(h)
@@ -249,8 +283,15 @@ class Worker:
         self.cfg = cfg
         self.owner = owner
         self.rng = random.Random(f"work-{seed}-{owner}")
+        self.process = int(owner[1:].split("t", maxsplit=1)[0])
         self.serial = itertools.count()
         self.cancelled_in_extend = False
+        #: The name this task waits for (an acquire with a timeout under way), and the
+        #: timeout scope of its operation (see Recorder.nudge).
+        self.waiting_for: str | None = None
+        #: When the acquire of this operation's lock (or lock_many) began.
+        self.began: float | None = None
+        self.scope: asyncio.Timeout | None = None
         #: The handles of the operation under way, with the names they lock.
         self.handles: list[tuple[Any, str]] = []
         rec.workers.append(self)
@@ -267,10 +308,15 @@ class Worker:
                 f"op {op}" + (f" cancelled after {cancel_after:.3f}" if cancel_after else ""),
             )
             self.handles.clear()
+            self.began = None
             self.rec.look_for_orphans(("a", "b", "c"))  # (lock_many takes "c" too)
             try:
-                async with asyncio.timeout(cancel_after):
-                    await getattr(self, f"op_{op}")(end)
+                async with asyncio.timeout(cancel_after) as scope:
+                    self.scope = scope
+                    try:
+                        await getattr(self, f"op_{op}")(end)
+                    finally:
+                        self.scope = None  # (left: a nudge must not touch it)
             except LockTimeout:  # (a TimeoutError too: before it)
                 self.rec.count("timeout")
             except TimeoutError:
@@ -343,6 +389,7 @@ class Worker:
                 for h in holds:
                     self.rec.step(h, now, remaining, handle)
                 if now >= until:
+                    self.rec.nudge([h.domain[1] for h in holds if h.domain[0] == "lock"])
                     return
                 if extend and self.rng.random() < 0.08:
                     await self._extend(handle, holds)
@@ -371,6 +418,18 @@ class Worker:
             self.cancelled_in_extend = True
             raise
 
+    def _waits(self, name: str, timeout: float | None) -> int | None:
+        """An acquire of the lock ``name`` begins (see live.Liveness.begins)."""
+        self.began = self.now()
+        if timeout != 0:
+            self.waiting_for = name
+        return self.rec.live.begins(name, self.process, self.owner, timeout)
+
+    def _waited(self, name: str, wait: int | None) -> None:
+        """It ended (held, timed out or cancelled); idempotent."""
+        self.waiting_for = None
+        self.rec.live.ends(name, wait)
+
     def _mine(self, handle: Any, *names: str) -> Any:
         """``handle``, noted as this operation's (for what it locks: see look_for_orphans),
         from before it acquires: a ``lock_many`` holds its first names while it waits for
@@ -391,6 +450,11 @@ class Worker:
         self.rec.event(
             self.owner, f"holds {domain} {mode} token {token} left {handle.remaining():.4f}"
         )
+        if domain[0] == "lock":
+            # (A lock_many takes its names one after the other: a first try each.)
+            first_tries = FIRST_TRY * max(1, len(self.handles))
+            waited = self.began is not None and self.now() - self.began >= first_tries
+            self.rec.live.held(domain[1], self.process, waited=waited)
         return self.rec.holding(
             Holding(domain, mode, ident, token, self.owner, handle.ttl, renewed)
         )
@@ -400,15 +464,19 @@ class Worker:
     async def op_lock(self, end: float, *, extend: bool = False) -> None:
         name = self.rng.choice(self.cfg.names)
         renew = self.rng.random() < 0.7
-        lock = self._mine(
-            self.locks.lock(name, ttl=self._ttl(), timeout=self._timeout(), auto_renew=renew), name
-        )
-        async with lock:
-            h = self._holding(
-                ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=renew
-            )
-            scale = 8.0 if renew and self.cfg.long else 2.0
-            await self._body(lock, [h], self._work(scale, lock.ttl), extend=extend)
+        ttl, timeout = self._ttl(), self._timeout()
+        lock = self._mine(self.locks.lock(name, ttl=ttl, timeout=timeout, auto_renew=renew), name)
+        wait = self._waits(name, timeout)
+        try:
+            async with lock:
+                self._waited(name, wait)
+                h = self._holding(
+                    ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=renew
+                )
+                scale = 8.0 if renew and self.cfg.long else 2.0
+                await self._body(lock, [h], self._work(scale, lock.ttl), extend=extend)
+        finally:
+            self._waited(name, wait)
 
     async def op_extend(self, end: float) -> None:
         await self.op_lock(end, extend=True)
@@ -416,7 +484,13 @@ class Worker:
     async def op_manual(self, end: float) -> None:
         name = self.rng.choice(self.cfg.names)
         lock = self._mine(self.locks.lock(name, ttl=self._ttl(), auto_renew=False), name)
-        if not await lock.acquire(timeout=self._timeout()):
+        timeout = self._timeout()
+        wait = self._waits(name, timeout)
+        try:
+            acquired = await lock.acquire(timeout=timeout)
+        finally:
+            self._waited(name, wait)
+        if not acquired:
             self.rec.count("timeout")
             return
         h = self._holding(
@@ -430,24 +504,39 @@ class Worker:
 
     async def op_reentrant(self, end: float) -> None:
         name = self.rng.choice(self.cfg.names)
-        outer = self._mine(
-            self.locks.lock(name, ttl=self._ttl(), timeout=self._timeout(), reentrant=True), name
-        )
-        async with outer:
-            h = self._holding(
-                ("lock", name), "x", outer, outer.fencing_token, outer.fencing_token, renewed=True
-            )
-            await self._body(outer, [h], self._work(0.5, outer.ttl))
-            inner = self.locks.lock(name, ttl=outer.ttl, timeout=0, reentrant=True)
-            async with inner:
-                await self._body(inner, [h], self._work(0.5, outer.ttl))
-            await self._body(outer, [h], self._work(0.5, outer.ttl))
+        ttl, timeout = self._ttl(), self._timeout()
+        outer = self._mine(self.locks.lock(name, ttl=ttl, timeout=timeout, reentrant=True), name)
+        wait = self._waits(name, timeout)
+        try:
+            async with outer:
+                self._waited(name, wait)
+                h = self._holding(
+                    ("lock", name),
+                    "x",
+                    outer,
+                    outer.fencing_token,
+                    outer.fencing_token,
+                    renewed=True,
+                )
+                await self._body(outer, [h], self._work(0.5, outer.ttl))
+                inner = self.locks.lock(name, ttl=outer.ttl, timeout=0, reentrant=True)
+                async with inner:
+                    await self._body(inner, [h], self._work(0.5, outer.ttl))
+                await self._body(outer, [h], self._work(0.5, outer.ttl))
+        finally:
+            self._waited(name, wait)
 
     async def op_handover(self, end: float) -> None:
         """Detach the lock and attach it again (as another task or process would)."""
         name = self.rng.choice(self.cfg.names)
-        lock = self._mine(self.locks.lock(name, ttl=self._ttl(), timeout=self._timeout()), name)
-        if not await lock.acquire():
+        ttl, timeout = self._ttl(), self._timeout()
+        lock = self._mine(self.locks.lock(name, ttl=ttl, timeout=timeout), name)
+        wait = self._waits(name, timeout)
+        try:
+            acquired = await lock.acquire()
+        finally:
+            self._waited(name, wait)
+        if not acquired:
             self.rec.count("timeout")
             return
         # (Acquired and attached without ``async with``: no body to cancel on a loss, so
@@ -510,6 +599,7 @@ class Worker:
         many = self._mine(
             self.locks.lock_many(names, ttl=self._ttl(), timeout=self._timeout()), *names
         )
+        self.began = self.now()
         async with many:
             tokens = many.fencing_tokens or {}
             holds = [
@@ -537,6 +627,7 @@ async def run_processes(world: World, cfg: Config, rec: Recorder, seed: int) -> 
             async with asyncio.TaskGroup() as group:
                 for w in workers:
                     group.create_task(w.run(end))
+            rec.resting.extend(at_rest(p, locks._engine))
 
     async with asyncio.TaskGroup() as group:
         for p in range(cfg.processes):

@@ -70,8 +70,12 @@ ORDERED_FROM = 2**35
 #: ``restart_grace`` of the longest ttl the run uses (``Config.grace``) instead of the
 #: default's 30 s floor, longer than any run: restarted nodes then leave their
 #: quarantine while the run goes on, and a holder must have repaired its key on them
-#: by then. The search starts here.
+#: by then.
 SKEW_FROM = 2**36
+#: Seeds from here on give the liveness rules (live.py) more to judge: 2 schedules in 7
+#: have no fault (1 in 6 below), and those keep the library's real memory sizes (the
+#: rules apply only there). The search starts here.
+LIVE_FROM = 2**37
 
 
 class Deadlock(Exception):
@@ -433,6 +437,8 @@ class SimNode:
         reply = self._session_command(link, command)
         if reply is not _NO_REPLY:
             link.reply(encode(reply))
+        if self.world.observer is not None:
+            self.world.observer()
 
     def _session_command(self, link: Link, c: list[bytes]) -> Any:
         name = c[0].upper()
@@ -596,6 +602,9 @@ class World:
         #: The managers' restart_grace: how long a node that came back empty is out of
         #: the count for acquires (the default's 30 s floor outlasts every run).
         self.grace = math.inf
+        #: Called after every command a node runs (the liveness rules read the nodes
+        #: then): it must read, never touch, the stores.
+        self.observer: Callable[[], None] | None = None
 
     @property
     def urls(self) -> list[str]:
@@ -848,6 +857,7 @@ def virtual_process(world: World, seed: int) -> Iterator[None]:
 
 
 __all__ = [
+    "LIVE_FROM",
     "ORDERED_FROM",
     "SKEW_FROM",
     "Deadlock",

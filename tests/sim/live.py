@@ -1,0 +1,203 @@
+"""Liveness rules, checked in schedules without faults: waiters are served.
+
+Safety says nobody else holds a lock while you do; these rules say a waiter is not kept
+waiting for nothing, nothing is lost for no reason, and nothing is left behind. They are
+read while the run goes on, without touching the stores and without a timer of their
+own (a timer would change the schedule): at every command a node executes, and when a
+wait begins or ends. All but "at rest" apply only where nothing excuses a wait: no
+fault in the schedule (no message is lost, no node is down, every latency is below a
+millisecond) and the library's real memory sizes (a grant to an offer its process
+forgot is never taken: see Recorder.watch_orphans).
+
+* **idle**: no plain-lock waiter (``timeout > 0``) waits for more than
+  :data:`IDLE_LIMIT` while its name is free on every node. The library wakes waiters
+  by a release's message or a grant, and otherwise by the holder's PTTL, a dropped
+  subscription or the turn queue's fallback (0.5 s): docs/explanation/waiting.md,
+  "a lost message costs at most one ttl", "a killed waiter, or a lost message, delays
+  the others by about 0.5 s". Without faults no message is lost.
+* **streak**: while another process has a waiter for a name, a process hands it to its
+  own waiters at most 4 times in a row (docs/explanation/waiting.md: "A process hands
+  the lock to its own waiters at most 4 times in a row"; then its release names the
+  next process in line): it holds the name at most :data:`STREAK_LIMIT` times in a
+  row, the name never free in between. Counted again from a newcomer's first try (the
+  turns are among waiters: a release that names a process without granting it the
+  lock, its offer too old, lets a first try in) and from a grant given back (to an
+  offer whose waiter has left since: the race that follows goes to whoever tries
+  first).
+* **kept held**: nothing is lost without a fault. No renewed holder is told its lock
+  is lost, and nothing raises ``LockLost`` or ``QuorumError``: every node answers
+  within a millisecond, and a renewal comes every third of a ttl.
+* **at rest**: once a process's tasks have all finished (every lock released), its
+  manager keeps no renewal, no local wait queue and no token noted as held
+  (``Grants._held``, which gives late grants back): what is left there is a leak,
+  or a lock the library still believes it holds. (This one holds with faults too.)
+
+Not a rule: that the other processes take a name at most so many times in a row while
+a process waits. The library's turns do not promise it today (docs/project/testing.md,
+"Left alone, liveness": a process that joins the line again during its own turn, or
+whose clock is behind, or whose offer is too old, can make another wait a second
+round), and a bound loose enough for all three caught nothing.
+
+A violation here is a broken promise of the waiting docs, or bookkeeping gone wrong,
+not of exclusion: the search reports it with the others ("idle:", "streak:", "lost
+without a fault:", "at rest:").
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .workload import Holding
+    from .world import World
+
+#: How long a waiter may wait while its name is free on every node, in a schedule
+#: without faults (seconds): half the turn queue's fallback (0.5 s, the wait when a
+#: release's message or a free lock's announcement is missing). Without faults the
+#: longest seen on main is 36 ms (4,000 schedules).
+IDLE_LIMIT = 0.25
+#: Another process's waiter counts for "streak" once it has waited this long: its first
+#: attempt has failed and its process has joined the line (a round trip, under a
+#: millisecond without faults).
+JOINED_AFTER = 0.01
+#: The most holdings of a name in a row by one process while another waits: its turn and
+#: 4 handoffs, and 2 more for the handoffs that may follow before the holder's process
+#: knows that another process is in line (each handoff tells it; before, its streak
+#: could run to 32, the limit when nobody else is in line).
+STREAK_LIMIT = 7
+#: An acquire that returns sooner than this after it began took the lock at its first
+#: try (a round trip is under a millisecond without faults): see Liveness.held.
+FIRST_TRY = 0.001
+#: A lock's key on the nodes (the default prefix).
+KEY = b"aiolock:{%s}"
+
+
+class Liveness:
+    """The waits of one run and what the rules above make of them."""
+
+    def __init__(self, world: World, processes: int) -> None:
+        self.world = world
+        self.processes = processes
+        #: Whether the rules apply (see the module's docstring); set before the run.
+        self.on = True
+        self.problems: list[str] = []
+        self._serial = itertools.count()
+        #: name -> wait id -> (since, process, owner)
+        self.waits: dict[str, dict[int, tuple[float, int, str]]] = {}
+        #: name -> since when it is free on every node (sampled; None: held somewhere)
+        self.free_since: dict[str, float | None] = {}
+        #: name -> when it was last seen free, and when its last holding began
+        self.last_free: dict[str, float] = {}
+        self.last_held: dict[str, float] = {}
+        #: name -> (process, its holdings in a row while another process waited)
+        self.streaks: dict[str, tuple[int, int]] = {}
+
+    def _active(self) -> bool:
+        return self.on and not self.world.faults and not self.problems
+
+    # -- what the workload tells ------------------------------------------------------
+
+    def begins(self, name: str, process: int, owner: str, timeout: float | None) -> int | None:
+        """A waiter for the lock ``name`` begins: its id (None: not watched)."""
+        if not self._active() or timeout == 0:
+            return None
+        wait = next(self._serial)
+        self.waits.setdefault(name, {})[wait] = (self.world.now, process, owner)
+        self.sample()
+        return wait
+
+    def ends(self, name: str, wait: int | None) -> None:
+        """The wait ``wait`` ended (held, timed out or cancelled); idempotent."""
+        waits = self.waits.get(name, {})
+        if wait is None or wait not in waits:
+            return
+        self.sample()
+        del waits[wait]
+
+    def held(self, name: str, process: int, *, waited: bool) -> None:
+        """A holding of the lock ``name`` by ``process`` began; ``waited``: its acquire
+        waited (else it took the lock at its first try)."""
+        if not self._active():
+            return
+        now = self.world.now
+        fresh = self.last_free.get(name, -1.0) >= self.last_held.get(name, -1.0)
+        self.last_held[name] = now
+        if not waited or fresh:
+            # A newcomer's first try, or the name was free since the last holding
+            # began (taken, not handed over): a new streak.
+            self.given_back(name)
+        others = any(
+            p != process and now - since >= JOINED_AFTER
+            for since, p, _ in self.waits.get(name, {}).values()
+        )
+        who, count = self.streaks.get(name, (process, 0))
+        count = (count if who == process else 0) + (1 if others else 0)
+        self.streaks[name] = (process, count)
+        if count > STREAK_LIMIT:
+            self.problems.append(
+                f"streak: p{process} took {name!r} {count} times in a row at {now:.6f}, "
+                f"never free, while another process waited (at most {STREAK_LIMIT}, no "
+                "fault)"
+            )
+
+    def given_back(self, name: str) -> None:
+        """A grant of ``name`` was given back (or a new streak begins): counted again."""
+        self.streaks.pop(name, None)
+
+    # -- what the nodes show ---------------------------------------------------------
+
+    def sample(self) -> None:
+        """Read whether each waited-for name is free on every node (after a node ran a
+        command, or as a wait begins or ends), and judge the waits."""
+        if not self._active():
+            return
+        now = self.world.now
+        for name in self.last_held.keys() | self.waits.keys():
+            waits = self.waits.get(name, {})
+            if any(v is not None for v in self.world._live(KEY % name.encode())):
+                self.free_since[name] = None
+                continue
+            self.last_free[name] = now
+            if not waits:
+                self.free_since[name] = None
+                continue
+            free = self.free_since.get(name)
+            if free is None:
+                self.free_since[name] = free = now
+            for since, _p, owner in waits.values():
+                idle = now - max(free, since)
+                if idle > IDLE_LIMIT:
+                    self.problems.append(
+                        f"idle: {owner} waited for {name!r} from {since:.6f}; it was free on "
+                        f"every node from {max(free, since):.6f} to {now:.6f} at least "
+                        f"({idle:.3f} s, no fault)"
+                    )
+                    return
+
+
+def lost_without_a_fault(holdings: list[Holding], counts: dict[str, int]) -> list[str]:
+    """The "kept held" rule, over a run without faults (see the module's docstring)."""
+    problems = [
+        f"lost without a fault: {h.owner} {h.domain} token {h.token} told at {h.told_at:.6f}"
+        for h in holdings
+        if h.renewed and h.told_at is not None
+    ]
+    problems += [
+        f"lost without a fault: {counts[what]} operations ended in {what}"
+        for what in ("lost", "quorum", "extend_quorum")
+        if counts.get(what)
+    ]
+    return problems
+
+
+def at_rest(process: int, engine: Any) -> list[str]:
+    """The "at rest" rule for one manager's engine, its tasks all finished."""
+    left = []
+    if len(engine.renewer):
+        left.append(f"{len(engine.renewer)} renewals")
+    if engine.waiting._queues:
+        left.append(f"wait queues for {sorted(engine.waiting._queues)}")
+    if engine.grants is not None and engine.grants._held:
+        left.append(f"{len(engine.grants._held)} tokens noted as held")
+    return [f"at rest: p{process} keeps {', '.join(left)}"] if left else []
