@@ -28,7 +28,9 @@ message, where it took a release, a message and an attempt. The rules:
 * **A token held is never given back by a late grant**: once the head holds it (by a
   grant, or by its own attempt), later grants of it are left alone, however late they
   come; its release deletes them with the rest. A late grant of a token taken and
-  no longer held is given back on its own node alone (where it was not taken).
+  no longer held is given back on its own node alone: where it was not taken, or
+  where the grant is newer than the taking (a greater fencing token: the offer in
+  line still named the token, and a release granted it again; issue 32).
 * **Only what is held must be remembered exactly.** Which tokens are held
   (``_held``) is exact and holds one entry per lock held through this manager (a
   lease passes the entry on with the token; a release, handoff, detach or a new
@@ -78,9 +80,9 @@ class Grants:
     def __init__(self, quorum: Quorum) -> None:
         self._quorum = quorum
         self._heard: dict[bytes, _Heard] = {}
-        #: Tokens taken, with the nodes that counted for them (the last _TAKEN_KEPT:
-        #: forgetting one is safe, see the module's docstring).
-        self._taken: OrderedDict[bytes, frozenset[int]] = OrderedDict()
+        #: Tokens taken, with the nodes that counted for them and the fencing token
+        #: (the last _TAKEN_KEPT: forgetting one is safe, see the module's docstring).
+        self._taken: OrderedDict[bytes, tuple[frozenset[int], int]] = OrderedDict()
         #: The tokens taken and still held (not released, passed on, detached): exact,
         #: never forgotten while held; late grants of these are never given back.
         self._held: set[bytes] = set()
@@ -109,12 +111,17 @@ class Grants:
             # we remember (the next handoff or release finds the node in step): a
             # holder of ours believes the key valid, and a renewal may count this node.
             return
-        taken_on = self._taken.get(token)
-        if taken_on is not None:
+        taken = self._taken.get(token)
+        if taken is not None:
             # Taken and let go since: given back on this node only (it would stay out
-            # of step until the key expires); the nodes it was taken on had the release.
-            if node not in taken_on:
+            # of step until the key expires). The nodes it was taken on had the
+            # release, and a grant from before it is stale there; a newer one (a
+            # release granted our offer again, still naming the token) is not.
+            taken_on, fenced = taken
+            if node not in taken_on or fence > fenced:
                 give_back(self._quorum, key, token, only=node)
+            if fence > fenced:
+                wake()  # our turn, granted to a used offer: our head tries
             return
         if head is None or head.token != token:
             # Not held, and not our head's: the waiter it was for left without it, or
@@ -155,14 +162,15 @@ class Grants:
             head.deliver(Attempt(votes, expires_at, fence, start))
         wake()  # the head takes it, or settles it with an attempt of its own
 
-    def settled(self, token: bytes, key: bytes, won: Votes | None) -> None:
+    def settled(self, token: bytes, key: bytes, won: Attempt | None) -> None:
         """The waiter offering ``token`` left the queue.
 
-        It took the lock with the votes ``won`` (a grant's or its own attempt's), or
+        It took the lock with ``won`` (a grant's or its own attempt), or
         not (``None``).
         """
         if won is not None:
-            self._taken[token] = frozenset(i for i, yes in enumerate(won.verdicts) if yes)
+            nodes = frozenset(i for i, yes in enumerate(won.votes.verdicts) if yes)
+            self._taken[token] = (nodes, won.fence or 0)
             self._held.add(token)
             if len(self._taken) > _TAKEN_KEPT:
                 self._taken.popitem(last=False)

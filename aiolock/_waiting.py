@@ -238,7 +238,7 @@ class Waiting:
         if len(queue.entries) == 1:
             turn.set_result(None)
         taken: float | None = None
-        won: Votes | None = None
+        won: Attempt | None = None
         offer = None if taker is None else Taker(*taker)
         if offer is not None:
             queue.takers[turn] = offer
@@ -276,7 +276,7 @@ class Waiting:
                         # (A lease's votes are no node's: its offer was taken nowhere.)
                         won = None
                         if isinstance(result, Attempt) and result.token is None:
-                            won = result.votes
+                            won = result
                         queue.promised = False
                         if queue.entry is not None:
                             queue.entry.taken()

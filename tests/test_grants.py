@@ -345,7 +345,7 @@ async def test_a_quorum_of_equal_grants_is_delivered_and_late_ones_follow_the_ho
     assert outcome.expires_at == sent + 10.0 - 0.1
     assert woken
     # Taken: a late grant from another node is kept while the lock is held...
-    grants.settled(b"t", b"k", outcome.votes)
+    grants.settled(b"t", b"k", outcome)
     grants.heard(3, b"k", (b"t", 10.0, sent), 42, head=None, wake=lambda: None)
     assert not any(node.calls for node in quorum.nodes)
     # ...and given back on that node alone once it was let go.

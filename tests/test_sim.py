@@ -242,6 +242,15 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "grant-for-waiter-that-left",
         "attempt-loses-to-its-grant",
         "semaphore-release-deletes",
+        "streak-queue-emptied-by-taking",
+        "streak-queue-emptied-by-leaving",
+        "lost-token-still-held",
+        "grant-of-used-offer-kept",
+        "handoff-to-waiter-that-left",
+        "stale-offer-granted",
+        "lone-streak-for-all",
+        "extend-shorter-renewal-schedule",
+        "detached-token-still-held",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

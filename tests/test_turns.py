@@ -271,6 +271,50 @@ async def test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_st
         assert other_waits.result()
 
 
+async def test_a_grant_to_an_offer_already_taken_and_let_go_is_given_back(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the simulation's orphan rule (tests/sim/live.py's nudges, seed
+    # 140222441248, no fault): a waiter took the lock with its own attempt, so its
+    # process's offer in line still named its token after it let the lock go (local
+    # handoffs do not refresh it); another process's release granted that offer, the
+    # process knew the token as taken and let go, and ignored the grant on the nodes
+    # it had taken it on: the key stayed with a token nobody held until the offer's
+    # ttl, and every waiter waited.
+    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)  # the offer stays as it is
+    monkeypatch.setattr(aiolock._turns, "ENTRY_TTL", 10.0)
+    async with LockManager(urls) as side_a, LockManager(urls) as side_b:
+        first = side_b.lock(name, ttl=0.3, auto_renew=False)
+        assert await first.acquire(timeout=0)
+        taker = side_a.lock(name, ttl=30, auto_renew=False)
+        takes = asyncio.create_task(taker.acquire(timeout=10))
+        await in_line(clients, name, 1)  # A's offer: the taker's token
+        cancelled = side_a.lock(name, ttl=30, auto_renew=False)
+        cancelled_waits = asyncio.create_task(cancelled.acquire(timeout=20))
+        last = side_a.lock(name, ttl=30, auto_renew=False)
+        last_waits = asyncio.create_task(last.acquire(timeout=20))
+        # first expires unreleased: the taker's own attempt takes it, no grant, so
+        # A's offer in line still names the taker's token.
+        assert await asyncio.wait_for(takes, 10)
+        other = side_b.lock(name, ttl=30, auto_renew=False)
+        other_waits = asyncio.create_task(other.acquire(timeout=10))
+        await in_line(clients, name, 2)
+        # The taker hands the lock to the next waiter of A, cancelled before it wakes:
+        # the lock is given back and B's waiter takes it (A's offer unchanged).
+        releasing = asyncio.create_task(taker.release())
+        await asyncio.sleep(0)
+        cancelled_waits.cancel()
+        await releasing
+        assert await asyncio.wait_for(other_waits, 10)
+        released = time.monotonic()
+        await other.release()  # names A, and grants its offer: the taker's old token
+        assert await asyncio.wait_for(last_waits, 30)
+        # At once: not when that grant's key expires (30 s; on the old code the last
+        # waiter waited out its timeout).
+        assert time.monotonic() - released < 2.0
+        await last.release()
+
+
 @pytest.mark.usefixtures("naming_only")
 async def test_a_release_that_finds_its_lock_expired_still_names_the_next_in_line(
     urls: list[str], clients: list[redis.Redis], name: str

@@ -93,6 +93,55 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     ("an attempt with the token granted to it loses", 71265505249, [], "orphan"),
     # Found at once by 252d43b's table, missed by 5b829b3's 30 s: no fault needed.
     ("semaphore release deletes another holder's slot", 69334099447, [], "exclusion"),
+    # The liveness rules' finds in the library (live.py), no fault in the first two: a
+    # process held a name 8 times in a row while others waited, its streak restarted
+    # when its local queue emptied (by a handoff; by a waiter that gave up); a lost
+    # lock's token left in Grants._held (a stall and a pub/sub delay).
+    (
+        "a streak of handoffs starts again whenever the local queue empties",
+        68719476742,
+        [],
+        "streak",
+    ),
+    (
+        "a streak of handoffs starts again whenever the local queue empties",
+        137438990719,
+        [],
+        "streak",
+    ),
+    (
+        "a lost lock's token stays noted as held (Grants._held grows)",
+        137438990545,
+        [0, 3],
+        "at rest",
+    ),
+    # The orphan rule with nudges (a waiter cancelled as a lock is handed to it), no
+    # fault: a grant to an offer whose token its process had taken and let go (the
+    # offer in line still named it) ignored, the key left to nobody; a handoff to a
+    # waiter that left kept.
+    ("a grant of a token taken and let go, made again since, is kept", 140222441248, [], "orphan"),
+    ("a lock passed to a waiter that left stays held", 140405732318, [], "orphan"),
+    # Found by the table at c825ca9 (from 2**37), no fault: the liveness rules'.
+    ("a stale offer granted", 137956772765, [], "lost without a fault"),
+    (
+        "a handoff never sees another process in line (streaks of LONE_STREAK for all)",
+        140465158935,
+        [],
+        "streak",
+    ),
+    # Kept seeds that show more once the new rules look (the same table).
+    (
+        "extend() to a shorter ttl leaves the renewal schedule",
+        68719476739,
+        [],
+        "lost without a fault",
+    ),
+    (
+        "a detached lock's token stays noted as held (Grants._held grows)",
+        11903222,
+        [0, 1, 2, 3, 4],
+        "at rest",
+    ),
 ]
 
 
