@@ -349,8 +349,8 @@ class Lock(BaseHandle):
     async def _give_back(self, hold: Hold, *, valid: bool) -> Votes | None:
         """Release, or pass a ``valid`` lock to our queue's head (``None``: a lease)."""
         engine, waiting, queue = self._engine, self._engine.waiting, self._queue_key
-        passes_on = valid and self._passes_on and waiting.waiters(queue) > 0
-        local = waiting.released(queue, pass_on=passes_on and can_pass_on(engine.quorum))
+        on = valid and self._passes_on and waiting.waiters(queue) > 0
+        local = waiting.released(queue, pass_on=on and can_pass_on(engine.quorum), valid=valid)
         if not isinstance(local, bool):
             return await hand_on(engine, hold, local)
         engine.let_go(hold.token)  # late grants of it are given back now

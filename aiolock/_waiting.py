@@ -129,7 +129,7 @@ class Waiting:
         queue = self._queues.get(key)
         return len(queue.entries) if queue is not None else 0
 
-    def released(self, key: bytes, *, pass_on: bool = False) -> Taker | bool:
+    def released(self, key: bytes, *, pass_on: bool = False, valid: bool = True) -> Taker | bool:
         """A task of this process is releasing ``key``: wake the head of its queue.
 
         Woken now, the local head's acquire follows the release on every node's
@@ -149,7 +149,8 @@ class Waiting:
         """
         queue = self._queues.get(key)
         if queue is None:
-            self._streaks.end(key)  # the lock leaves this process
+            if valid:  # (an expired hold's release: the lock may be with another of ours)
+                self._streaks.end(key)  # the lock leaves this process
             return False
         if queue.local_streak < (LONE_STREAK if queue.alone else LOCAL_STREAK):
             queue.local_streak += 1

@@ -641,6 +641,16 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "an expired hold's release ends its process's streak of handoffs",
+        "aiolock/_waiting.py",
+        "            if valid:  # (an expired hold's release: the lock may be with another",
+        "            if True:  # (an expired hold's release: the lock may be with another",
+        (
+            "tests/test_turns.py::"
+            "test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_streak",
+        ),
+    ),
+    Mutant(
         "a release that finds its lock expired announces nothing",
         "aiolock/_turn_scripts.py",
         "if released == 1 or not holder then",

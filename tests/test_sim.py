@@ -249,6 +249,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "handoff-to-waiter-that-left",
         "stale-offer-granted",
         "lone-streak-for-all",
+        "expired-release-ends-streak",
         "shorter-extension-in-flight",
         "extend-shorter-renewal-schedule",
         "detached-token-still-held",

@@ -227,7 +227,7 @@ async def test_a_thousand_waiting_tasks_over_four_processes_take_turns_at_a_cons
     assert many <= 7.5, many
 
 
-@pytest.mark.parametrize("emptied_by", ["taking", "leaving"])
+@pytest.mark.parametrize("emptied_by", ["taking", "leaving", "stale-release"])
 async def test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_streak(
     urls: list[str], clients: list[redis.Redis], name: str, emptied_by: str
 ) -> None:
@@ -235,10 +235,18 @@ async def test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_st
     # one process held a name 13 times in a row while two others waited for seconds;
     # seed 137438990719, its queue emptied by a waiter that timed out). Here each task
     # of the busy process queues only while the one before holds: its local queue
-    # empties at every handoff ("taking"), and before it a waiter gives up ("leaving").
-    # The streak of handoffs must survive both, or it starts again and the other
-    # process never gets its turn.
+    # empties at every handoff ("taking"), and before it a waiter gives up ("leaving"),
+    # or after it a handle of the process whose lock had expired long before releases
+    # it ("stale-release": seed 139297437666; it said LockNotOwned, and the lock stayed
+    # with the process). The streak of handoffs must survive each, or it starts again
+    # and the other process never gets its turn.
     async with LockManager(urls) as busy, LockManager(urls) as other:
+        stales = []
+        for _ in range(2 * LOCAL_STREAK + 1 if emptied_by == "stale-release" else 0):
+            stale = busy.lock(name, ttl=0.2, auto_renew=False)
+            assert await stale.acquire(timeout=5)
+            stales.append(stale)
+            await asyncio.sleep(0.25)  # expired, never released
         holder = busy.lock(name, ttl=30, auto_renew=False)
         assert await holder.acquire(timeout=0)
         other_lock = other.lock(name, ttl=30, auto_renew=False)
@@ -262,6 +270,9 @@ async def test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_st
                 assert await other_waits
                 await other_lock.release()
             assert await asyncio.wait_for(takes, 20)
+            if stales:
+                with contextlib.suppress(aiolock.LockNotOwned):
+                    await stales.pop().release()
             holder = successor
         await holder.release()
         # The busy process handed the lock to its own waiters LOCAL_STREAK times, then
