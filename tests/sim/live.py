@@ -14,7 +14,8 @@ forgot is never taken: see Recorder.watch_orphans).
   by a release's message or a grant, and otherwise by the holder's PTTL, a dropped
   subscription or the turn queue's fallback (0.5 s): docs/explanation/waiting.md,
   "a lost message costs at most one ttl", "a killed waiter, or a lost message, delays
-  the others by about 0.5 s". Without faults no message is lost.
+  the others by about 0.5 s". Without faults no message is lost; a waiter cancelled
+  as its process is named costs the fallback.
 * **streak**: while another process has a waiter for a name, a process hands it to its
   own waiters at most 4 times in a row (docs/explanation/waiting.md: "A process hands
   the lock to its own waiters at most 4 times in a row"; then its release names the
@@ -53,10 +54,13 @@ if TYPE_CHECKING:
     from .world import World
 
 #: How long a waiter may wait while its name is free on every node, in a schedule
-#: without faults (seconds): half the turn queue's fallback (0.5 s, the wait when a
-#: release's message or a free lock's announcement is missing). Without faults the
-#: longest seen on main is 36 ms (4,000 schedules).
-IDLE_LIMIT = 0.25
+#: without faults (seconds): the turn queue's fallback (0.5 s, and up to 10 % of
+#: jitter), and a margin. The fallback is the documented cost of a waiter of the named
+#: process cancelled before it heard it was named: its process leaves the line
+#: without announcing the lock free, and the others wait it out ("a killed waiter ...
+#: delays the others by about 0.5 s"; seed 139534766359, a nudge, 0.36 s). With 0.25
+#: s that seed failed; without a cancellation the longest wait seen is 36 ms.
+IDLE_LIMIT = 0.6
 #: Another process's waiter counts for "streak" once it has waited this long: its first
 #: attempt has failed and its process has joined the line (a round trip, under a
 #: millisecond without faults).
