@@ -116,7 +116,7 @@ class Engine:
         self._grace = self.restart_grace  # kept up to date by ttl_used
         if restart_grace != 0:
             self.quorum.veto = self._quarantined
-        self.renewer = Renewer(self.renewal_quorum, emit=self.emit)
+        self.renewer = Renewer(self.renewal_quorum, emit=self.emit, let_go=self.let_go)
         #: The names each task holds through this manager (see _tasks.py).
         self.tasks = TaskHolds()
         #: Waiting processes take turns (see _turns.py); not on Redis Cluster, where a

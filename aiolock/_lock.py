@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import secrets
 from typing import TYPE_CHECKING, Final
 
@@ -177,8 +176,6 @@ class Lock(BaseHandle):
             repairable=self._repairable,
         )
         self._renewal = engine.renewer.start(hold) if self._auto_renew else None
-        if self._renewal is not None:  # lost: not held here, late grants of it go back
-            self._renewal.on_lost(functools.partial(engine.let_go, hold.token))
         if self._task_bound:
             self._entry = engine.tasks.add(
                 self._key, hold, self._renewal, reentrant=self._reentrant

@@ -176,6 +176,7 @@ class Renewal:
         self.lost = lost
         renewer = self._renewer
         renewer.emit("lost", hold.name, renewer.clock() - hold.acquired_at, lost)
+        renewer.let_go(hold.token)
         self.stop()
         # From now on the lock is not owned and remaining() is 0 (see Hold.remaining);
         # its token stays so that release() still deletes what remains on the nodes.
@@ -192,10 +193,14 @@ class Renewer:
     ``quorum``: the nodes' renewal connections; ``emit``: where losses are reported.
     """
 
-    def __init__(self, quorum: Quorum, *, emit: Emit) -> None:
+    def __init__(
+        self, quorum: Quorum, *, emit: Emit, let_go: Callable[[bytes], None] = lambda _t: None
+    ) -> None:
         self._quorum = quorum
         self.clock = quorum.clock
         self.emit = emit
+        #: A lost lock is not held here any more: its late grants go back (_grants.py).
+        self.let_go = let_go
         self._renewals: dict[Renewal, None] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()

@@ -673,9 +673,9 @@ MUTANTS = [
     ),
     Mutant(
         "a lost lock's token stays noted as held (Grants._held grows)",
-        "aiolock/_lock.py",
-        "            self._renewal.on_lost(functools.partial(engine.let_go, hold.token))\n",
-        "            pass\n",
+        "aiolock/_renewal.py",
+        "        renewer.let_go(hold.token)\n",
+        "",
         ("tests/test_late.py::test_a_lost_locks_token_is_forgotten_though_its_handle_is_dropped",),
     ),
 ]

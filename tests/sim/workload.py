@@ -21,6 +21,7 @@ import itertools
 import random
 import time
 import traceback
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -418,17 +419,23 @@ class Worker:
             self.cancelled_in_extend = True
             raise
 
-    def _waits(self, name: str, timeout: float | None) -> int | None:
-        """An acquire of the lock ``name`` begins (see live.Liveness.begins)."""
+    @contextlib.contextmanager
+    def _waiting(self, name: str, timeout: float | None) -> Iterator[Callable[[], None]]:
+        """An acquire of the lock ``name`` under way (see live.Liveness.begins); yields
+        what to call once it returned (idempotent; called on the way out too)."""
         self.began = self.now()
         if timeout != 0:
             self.waiting_for = name
-        return self.rec.live.begins(name, self.process, self.owner, timeout)
+        wait = self.rec.live.begins(name, self.process, self.owner, timeout)
 
-    def _waited(self, name: str, wait: int | None) -> None:
-        """It ended (held, timed out or cancelled); idempotent."""
-        self.waiting_for = None
-        self.rec.live.ends(name, wait)
+        def waited() -> None:
+            self.waiting_for = None
+            self.rec.live.ends(name, wait)
+
+        try:
+            yield waited
+        finally:
+            waited()
 
     def _mine(self, handle: Any, *names: str) -> Any:
         """``handle``, noted as this operation's (for what it locks: see look_for_orphans),
@@ -466,17 +473,14 @@ class Worker:
         renew = self.rng.random() < 0.7
         ttl, timeout = self._ttl(), self._timeout()
         lock = self._mine(self.locks.lock(name, ttl=ttl, timeout=timeout, auto_renew=renew), name)
-        wait = self._waits(name, timeout)
-        try:
+        with self._waiting(name, timeout) as waited:
             async with lock:
-                self._waited(name, wait)
+                waited()
                 h = self._holding(
                     ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=renew
                 )
                 scale = 8.0 if renew and self.cfg.long else 2.0
                 await self._body(lock, [h], self._work(scale, lock.ttl), extend=extend)
-        finally:
-            self._waited(name, wait)
 
     async def op_extend(self, end: float) -> None:
         await self.op_lock(end, extend=True)
@@ -485,11 +489,8 @@ class Worker:
         name = self.rng.choice(self.cfg.names)
         lock = self._mine(self.locks.lock(name, ttl=self._ttl(), auto_renew=False), name)
         timeout = self._timeout()
-        wait = self._waits(name, timeout)
-        try:
+        with self._waiting(name, timeout):
             acquired = await lock.acquire(timeout=timeout)
-        finally:
-            self._waited(name, wait)
         if not acquired:
             self.rec.count("timeout")
             return
@@ -506,10 +507,9 @@ class Worker:
         name = self.rng.choice(self.cfg.names)
         ttl, timeout = self._ttl(), self._timeout()
         outer = self._mine(self.locks.lock(name, ttl=ttl, timeout=timeout, reentrant=True), name)
-        wait = self._waits(name, timeout)
-        try:
+        with self._waiting(name, timeout) as waited:
             async with outer:
-                self._waited(name, wait)
+                waited()
                 h = self._holding(
                     ("lock", name),
                     "x",
@@ -523,19 +523,14 @@ class Worker:
                 async with inner:
                     await self._body(inner, [h], self._work(0.5, outer.ttl))
                 await self._body(outer, [h], self._work(0.5, outer.ttl))
-        finally:
-            self._waited(name, wait)
 
     async def op_handover(self, end: float) -> None:
         """Detach the lock and attach it again (as another task or process would)."""
         name = self.rng.choice(self.cfg.names)
         ttl, timeout = self._ttl(), self._timeout()
         lock = self._mine(self.locks.lock(name, ttl=ttl, timeout=timeout), name)
-        wait = self._waits(name, timeout)
-        try:
+        with self._waiting(name, timeout):
             acquired = await lock.acquire()
-        finally:
-            self._waited(name, wait)
         if not acquired:
             self.rec.count("timeout")
             return
