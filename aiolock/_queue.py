@@ -84,6 +84,18 @@ class Streaks:
         """A new ``queue`` of ``key`` goes on with the streak kept, if any."""
         queue.local_streak, queue.alone = self._kept.pop(key, (0, False))
 
+    def seen(self, key: bytes, *, alone: bool) -> None:
+        """A handoff of ``key`` said whether others are in line, its queue since gone.
+
+        The handoff's taker wakes (and leaves the queue, if it was the last waiter)
+        before the handoff's replies are read: without this, a streak that began
+        alone would run to ``LONE_STREAK`` though others have joined the line since
+        (the simulation's streak rule, seed 139912374606).
+        """
+        kept = self._kept.get(key)
+        if kept is not None:
+            self._kept[key] = (kept[0], alone)
+
     def end(self, key: bytes) -> None:
         """The lock of ``key`` leaves this process (a release with no waiter of ours)."""
         self._kept.pop(key, None)

@@ -141,8 +141,10 @@ class Waiting:
         Returns whether the lock goes to a local waiter: the release then says so
         (:data:`~aiolock._scripts.NOT_FREE`; see the module's docstring). After a
         handoff that found no other process in the turn queue, the streak is
-        ``LONE_STREAK`` long: its end lets in processes that wait out of line. A
-        streak survives the queue emptying while the lock stays here (``Streaks``).
+        ``LONE_STREAK`` long: its end lets in processes that wait out of line. Only a
+        handoff reads the line: a release that wakes a head busy with its own attempt
+        forgets it (whoever joined since must not wait out a lone streak). A streak
+        survives the queue emptying while the lock stays here (``Streaks``).
 
         ``pass_on``: the caller can pass the lock on in one script (a plain lock). When
         the head sleeps, it is claimed and returned (see :class:`Taker`).
@@ -160,6 +162,9 @@ class Waiting:
             if taker is not None and not taker.busy and not taker.claimed:
                 taker.claimed = True
                 return taker
+            # The head takes the lock with an attempt of its own: nothing reads the
+            # line, and whoever joined it since must not wait out a lone streak.
+            queue.alone = False
             return True
         queue.local_streak = 0
         return False
@@ -171,9 +176,14 @@ class Waiting:
 
     def line_seen(self, key: bytes, votes: Votes) -> None:
         """A handoff of ``key`` said whether other processes are in its turn queue."""
+        if self._turns is None:
+            return
+        alone = not others_in_line(votes)
         queue = self._queues.get(key)
-        if queue is not None and self._turns is not None:
-            queue.alone = not others_in_line(votes)
+        if queue is not None:
+            queue.alone = alone
+        else:  # the taker was our last waiter and has left: its streak is kept aside
+            self._streaks.seen(key, alone=alone)
 
     def release_args(self, key: bytes) -> tuple[bytes, ...]:
         """Our place in ``key``'s turn queue and our offer, as a release's arguments."""

@@ -678,6 +678,20 @@ MUTANTS = [
         "",
         ("tests/test_late.py::test_a_lost_locks_token_is_forgotten_though_its_handle_is_dropped",),
     ),
+    Mutant(
+        "a handoff's view of the line is dropped when its taker was our last waiter",
+        "aiolock/_waiting.py",
+        "            self._streaks.seen(key, alone=alone)\n",
+        "            pass\n",
+        ("tests/test_turns.py::test_a_process_that_saw_nobody_in_line_gives_way_once_others_join",),
+    ),
+    Mutant(
+        "a release that wakes a busy head goes on believing its process alone in line",
+        "aiolock/_waiting.py",
+        "            queue.alone = False\n            return True\n",
+        "            return True\n",
+        ("tests/test_turns.py::test_a_process_that_saw_nobody_in_line_gives_way_once_others_join",),
+    ),
 ]
 
 

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
 import os
 import signal
 import sys
@@ -278,6 +279,105 @@ async def test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_st
         # The busy process handed the lock to its own waiters LOCAL_STREAK times, then
         # the release named the other process (on the old code: never, in 9 handoffs).
         assert handoffs == LOCAL_STREAK, handoffs
+        assert other_waits.done()
+        assert other_waits.result()
+
+
+@pytest.mark.parametrize("handed", ["passed-on", "woken"])
+async def test_a_process_that_saw_nobody_in_line_gives_way_once_others_join(
+    urls: list[str], clients: list[redis.Redis], name: str, handed: str
+) -> None:
+    # Found by the simulation's streak rule (seed 139912374606, no fault: one process
+    # held a name 8 times in a row while another waited 2 s). A handoff that finds no
+    # other process in line lets the process's streak run to LONE_STREAK; the handoffs
+    # after it must notice one that joins the line since. "passed-on": a handoff to a
+    # taker that was the last waiter of the process read the line, but the taker had
+    # left the queue (its streak kept aside) before the replies were read, and what
+    # they said was dropped. "woken": a release that wakes a head busy with its own
+    # attempt reads no line at all, and the process went on believing it was alone.
+    # Either way the streak ran on to LONE_STREAK while the other process waited.
+    async with LockManager(urls) as busy, LockManager(urls) as other:
+        queue = key(name).encode()
+        real_attempt = busy._engine.quorum.acquire
+        attempts = blocked = 0
+        passes = math.inf  # how many more attempts go through before the gate shuts
+        gate = asyncio.Event()
+
+        async def gated(*args: Any, **kwargs: Any) -> Any:
+            nonlocal attempts, blocked, passes
+            own = "script" not in kwargs  # a waiter's own attempt (not a handoff)
+            if own and passes <= 0:
+                blocked += 1
+                await gate.wait()
+            passes -= own
+            try:
+                return await real_attempt(*args, **kwargs)
+            finally:
+                attempts += own
+
+        busy._engine.quorum.acquire = gated  # type: ignore[method-assign]
+
+        async def tried(count: int) -> None:
+            while attempts < count:
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(0)  # (the waiter back to waiting: its taker idle)
+
+        holder = busy.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        first = busy.lock(name, ttl=30, auto_renew=False)
+        first_takes = asyncio.create_task(first.acquire(timeout=20))
+        await tried(2)
+        second = busy.lock(name, ttl=30, auto_renew=False)
+        second_takes = asyncio.create_task(second.acquire(timeout=20))
+        while busy._engine.waiting.waiters(queue) < 2:
+            await asyncio.sleep(0.001)
+        await in_line(clients, name, 1)  # the busy process's head, nobody else
+        if handed == "woken":
+            passes = 0  # the second waiter's attempt, once it is head, waits for a release
+        # Passed on to a first waiter with a second behind it: the line is read, and
+        # nobody else is in it.
+        await holder.release()
+        assert await asyncio.wait_for(first_takes, 20)
+        if handed == "passed-on":
+            await tried(3)  # the second waiter's attempt failed: its taker is idle
+        other_lock = other.lock(name, ttl=30, auto_renew=False)
+        other_waits = asyncio.create_task(other_lock.acquire(timeout=20))
+        await in_line(clients, name, 2)
+        holder, successor, takes = first, second, second_takes
+        handoffs = 0
+        while not other_waits.done() and handoffs <= 2 * LOCAL_STREAK:
+            if successor is None:  # one waiter of ours at a time: it empties the queue
+                successor = busy.lock(name, ttl=30, auto_renew=False)
+                tries = attempts + 2  # its first try, and its first as head
+                takes = asyncio.create_task(successor.acquire(timeout=20))
+                if handed == "passed-on":
+                    await tried(tries)
+                else:  # its first try fails; its next, as head, waits for the release
+                    waits = blocked + 1
+                    passes = 1
+                    while blocked < waits:
+                        await asyncio.sleep(0.001)
+                while busy._engine.waiting.waiters(queue) == 0:
+                    await asyncio.sleep(0.001)
+            assert takes is not None
+            await holder.release()
+            gate.set()
+            await asyncio.sleep(0.05)  # the other process's turn, if it has one
+            if not other_waits.done():
+                handoffs += 1
+            if other_waits.done() and not takes.done():
+                assert await other_waits
+                await other_lock.release()
+            assert await asyncio.wait_for(takes, 20)
+            gate.clear()
+            holder, successor, takes = successor, None, None
+        passes = math.inf
+        gate.set()
+        await holder.release()
+        # The streak began before the other process joined the line; with the other
+        # process in it, its handoffs come to LOCAL_STREAK (on the old code: 9, the
+        # loop's limit).
+        assert handoffs == LOCAL_STREAK - 1, handoffs
         assert other_waits.done()
         assert other_waits.result()
 

@@ -138,6 +138,15 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "streak",
     ),
+    # Found on main by a search from 2**37 (11,911 schedules, no fault): a handoff to
+    # the last waiter of a process read that another process was in line, but its
+    # taker had left the queue by then, and the process went on alone (LONE_STREAK).
+    (
+        "a handoff's view of the line is dropped when its taker was our last waiter",
+        139912374606,
+        [],
+        "streak",
+    ),
     # Killed at 5b829b3 by a search and missed by c825ca9's 30 s: found again from
     # 2**37 (476 schedules), shrunk to two pauses.
     (
