@@ -144,7 +144,9 @@ class Waiting:
         ``LONE_STREAK`` long: its end lets in processes that wait out of line. Only a
         handoff reads the line: a release that wakes a head busy with its own attempt
         forgets it (whoever joined since must not wait out a lone streak). A streak
-        survives the queue emptying while the lock stays here (``Streaks``).
+        survives the queue emptying while the lock stays here (``Streaks``), and the
+        release of a hold that expired (``valid=False``: it may release nothing, the
+        lock taken since by another task of ours).
 
         ``pass_on``: the caller can pass the lock on in one script (a plain lock). When
         the head sleeps, it is claimed and returned (see :class:`Taker`).
@@ -166,7 +168,8 @@ class Waiting:
             # line, and whoever joined it since must not wait out a lone streak.
             queue.alone = False
             return True
-        queue.local_streak = 0
+        if valid:  # (an expired hold's release may release nothing: the streak goes on)
+            queue.local_streak = 0
         return False
 
     def line(self, key: bytes) -> Line:

@@ -692,6 +692,17 @@ MUTANTS = [
         "            return True\n",
         ("tests/test_turns.py::test_a_process_that_saw_nobody_in_line_gives_way_once_others_join",),
     ),
+    Mutant(
+        "an expired hold's release at the streak's limit starts the streak again",
+        "aiolock/_waiting.py",
+        "        if valid:  # (an expired hold's release may release nothing: the streak goes on)\n"
+        "            queue.local_streak = 0\n",
+        "        queue.local_streak = 0\n",
+        (
+            "tests/test_turns.py::"
+            "test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_streak",
+        ),
+    ),
 ]
 
 

@@ -249,7 +249,6 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "handoff-to-waiter-that-left",
         "stale-offer-granted",
         "lone-streak-for-all",
-        "expired-release-ends-streak",
         "handoff-line-view-dropped",
         "shorter-extension-in-flight",
         "extend-shorter-renewal-schedule",

@@ -228,7 +228,9 @@ async def test_a_thousand_waiting_tasks_over_four_processes_take_turns_at_a_cons
     assert many <= 7.5, many
 
 
-@pytest.mark.parametrize("emptied_by", ["taking", "leaving", "stale-release"])
+@pytest.mark.parametrize(
+    "emptied_by", ["taking", "leaving", "stale-release", "stale-release-queued"]
+)
 async def test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_streak(
     urls: list[str], clients: list[redis.Redis], name: str, emptied_by: str
 ) -> None:
@@ -240,10 +242,13 @@ async def test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_st
     # or after it a handle of the process whose lock had expired long before releases
     # it ("stale-release": seed 139297437666; it said LockNotOwned, and the lock stayed
     # with the process). The streak of handoffs must survive each, or it starts again
-    # and the other process never gets its turn.
+    # and the other process never gets its turn. "stale-release-queued" (seed
+    # 138506569770): such a release while a waiter of the process is queued, its streak
+    # at the limit, gave way though it released nothing, and the streak began again.
     async with LockManager(urls) as busy, LockManager(urls) as other:
         stales = []
-        for _ in range(2 * LOCAL_STREAK + 1 if emptied_by == "stale-release" else 0):
+        stale_count = {"stale-release": 2 * LOCAL_STREAK + 1, "stale-release-queued": 1}
+        for _ in range(stale_count.get(emptied_by, 0)):
             stale = busy.lock(name, ttl=0.2, auto_renew=False)
             assert await stale.acquire(timeout=5)
             stales.append(stale)
@@ -263,6 +268,9 @@ async def test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_st
             takes = asyncio.create_task(successor.acquire(timeout=20))
             while busy._engine.waiting.waiters(queue) == 0:
                 await asyncio.sleep(0.001)
+            if emptied_by == "stale-release-queued" and handoffs == LOCAL_STREAK:
+                with contextlib.suppress(aiolock.LockNotOwned):
+                    await stales.pop().release()
             await holder.release()
             await asyncio.sleep(0.05)  # the other process's turn, if it has one
             if not other_waits.done():
@@ -271,7 +279,7 @@ async def test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_st
                 assert await other_waits
                 await other_lock.release()
             assert await asyncio.wait_for(takes, 20)
-            if stales:
+            if stales and emptied_by == "stale-release":
                 with contextlib.suppress(aiolock.LockNotOwned):
                     await stales.pop().release()
             holder = successor

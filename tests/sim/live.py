@@ -20,11 +20,12 @@ forgot is never taken: see Recorder.watch_orphans).
   own waiters at most 4 times in a row (docs/explanation/waiting.md: "A process hands
   the lock to its own waiters at most 4 times in a row"; then its release names the
   next process in line): it holds the name at most :data:`STREAK_LIMIT` times in a
-  row, the name never free in between. Counted again from a newcomer's first try (the
-  turns are among waiters: a release that names a process without granting it the
-  lock, its offer too old, lets a first try in) and from a grant given back (to an
-  offer whose waiter has left since: the race that follows goes to whoever tries
-  first).
+  row, the name never free in between (on every node at once: released, or expired
+  between two commands, which lets anyone's attempt take it). Counted again from a
+  newcomer's first try (the turns are among waiters: a release that names a process
+  without granting it the lock, its offer too old, lets a first try in) and from a
+  grant given back (to an offer whose waiter has left since: the race that follows
+  goes to whoever tries first).
 * **kept held**: nothing is lost without a fault. No renewed holder is told its lock
   is lost, and nothing raises ``LockLost`` or ``QuorumError``: every node answers
   within a millisecond, and a renewal comes every third of a ttl.
@@ -47,6 +48,7 @@ without a fault:", "at rest:").
 from __future__ import annotations
 
 import itertools
+import math
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -96,6 +98,9 @@ class Liveness:
         self.last_held: dict[str, float] = {}
         #: name -> (process, its holdings in a row while another process waited)
         self.streaks: dict[str, tuple[int, int]] = {}
+        #: name -> each node's expiry of its key at the last sample (node milliseconds;
+        #: -inf: none, inf: no ttl): a key can expire between two commands
+        self.expiries: dict[str, list[float]] = {}
 
     def _active(self) -> bool:
         return self.on and not self.world.faults and not self.problems
@@ -159,6 +164,10 @@ class Liveness:
         now = self.world.now
         for name in self.last_held.keys() | self.waits.keys():
             waits = self.waits.get(name, {})
+            if self._expired_since(name):
+                # Free on every node just before the command just run (which may have
+                # taken it): expired since the last sample, as no command ran between.
+                self.last_free[name] = now
             if any(v is not None for v in self.world._live(KEY % name.encode())):
                 self.free_since[name] = None
                 continue
@@ -178,6 +187,25 @@ class Liveness:
                         f"({idle:.3f} s, no fault)"
                     )
                     return
+
+    def _expired_since(self, name: str) -> bool:
+        """Whether every node's key of ``name``, as the last sample saw it, is gone or
+        expired by now; and note each node's expiry for the next sample."""
+        key = KEY % name.encode()
+        nodes = self.world.nodes
+        seen = self.expiries.get(name)
+        gone = seen is not None and all(
+            expiry <= node.clock_ms() for node, expiry in zip(nodes, seen, strict=True)
+        )
+        expiries = []
+        for node in nodes:
+            expiry = node.store.expires.get(key)
+            alive = isinstance(node.store.data.get(key), bytes) and (
+                expiry is None or expiry > node.clock_ms()
+            )
+            expiries.append(-math.inf if not alive else math.inf if expiry is None else expiry)
+        self.expiries[name] = expiries
+        return gone
 
 
 def lost_without_a_fault(holdings: list[Holding], counts: dict[str, int]) -> list[str]:
