@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import zlib
 from collections import deque
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, TypeVar
 
 if TYPE_CHECKING:
     from ._handoff import Taker
     from ._pubsub import Listener
     from ._turns import Entry
 
-__all__ = ["Queue", "Streaks"]
+__all__ = ["Queue", "Streaks", "listening"]
+
+_L = TypeVar("_L")
 
 #: The most names whose streak is kept (see Streaks), the oldest forgotten first.
 STREAKS_KEPT: Final = 1024
@@ -36,7 +39,7 @@ class Queue:
 
     def __init__(self, channels: tuple[bytes, ...], listeners: Sequence[Listener]) -> None:
         self.channels = channels
-        # The subscribers (nodes) this queue listens on (see Waiting._listeners).
+        # The subscribers (nodes) this queue listens on (see listening).
         self.listeners = listeners
         # One future per waiting task, in FIFO order; the head's is done ("your
         # turn"): with None to try at once, or with the ttl of the lock the previous
@@ -99,3 +102,19 @@ class Streaks:
     def end(self, key: bytes) -> None:
         """The lock of ``key`` leaves this process (a release with no waiter of ours)."""
         self._kept.pop(key, None)
+
+
+def listening(subscribers: Sequence[_L], key: bytes) -> list[_L]:
+    """The ``n - quorum + 1`` of the nodes' ``subscribers`` a queue for ``key`` listens on.
+
+    That is enough to hear every successful release: it deleted the key on at
+    least a quorum of nodes, each of which published, and any ``n - quorum + 1``
+    nodes share one with any quorum (also when some are down: a node that is
+    down publishes nothing, but neither does it count in the quorum). Fewer
+    messages per release per waiting process: 3 instead of 5 with five nodes.
+    Which nodes depends on the key, to spread the pub/sub work.
+    """
+    n = len(subscribers)
+    count = n - (n // 2 + 1) + 1
+    first = zlib.crc32(key) % n
+    return [subscribers[(first + i) % n] for i in range(count)]

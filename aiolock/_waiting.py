@@ -10,7 +10,7 @@ few hundred critical sections a second, each handoff tens of milliseconds. Inste
   ``<key>:released``; the head of each process's queue is subscribed (one pub/sub
   connection per node per manager, subscribed only while someone waits) and tries
   again on the first message. It listens on ``n - quorum + 1`` of the nodes, which
-  hear every successful release (see ``Waiting._listeners``).
+  hear every successful release (see ``_queue.listening``).
 * **A release that hands the lock to a waiter of its own process says so** (``l``):
   other processes' waiters would only lose the race, and do not try. If no local
   waiter takes it after all, the last to leave announces it free. The clean-up of a
@@ -36,7 +36,6 @@ import asyncio
 import functools
 import math
 import random
-import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, Protocol, TypeVar
 
@@ -47,7 +46,7 @@ from ._grants import Grants
 from ._handoff import Line, Taker, others_in_line
 from ._keys import grant_channel, release_channel, turn_keys
 from ._pubsub import ClusterSubscriber, Listener, Subscriber
-from ._queue import Queue, Streaks
+from ._queue import Queue, Streaks, listening
 from ._scripts import NOT_FREE
 from ._turns import Turns
 from ._votes import Attempt, Votes
@@ -164,9 +163,7 @@ class Waiting:
             if taker is not None and not taker.busy and not taker.claimed:
                 taker.claimed = True
                 return taker
-            # The head takes the lock with an attempt of its own: nothing reads the
-            # line, and whoever joined it since must not wait out a lone streak.
-            queue.alone = False
+            queue.alone = False  # (nothing read the line: nobody waits out a lone streak)
             return True
         if valid:  # (an expired hold's release may release nothing: the streak goes on)
             queue.local_streak = 0
@@ -373,19 +370,8 @@ class Waiting:
         queue.entry = self._turns.join(key, queue.wake.set, head)
 
     def _listeners(self, key: bytes) -> list[Listener]:
-        """The ``n - quorum + 1`` nodes a queue for ``key`` listens on.
-
-        That is enough to hear every successful release: it deleted the key on at
-        least a quorum of nodes, each of which published, and any ``n - quorum + 1``
-        nodes share one with any quorum (also when some are down: a node that is
-        down publishes nothing, but neither does it count in the quorum). Fewer
-        messages per release per waiting process: 3 instead of 5 with five nodes.
-        Which nodes depends on the key, to spread the pub/sub work.
-        """
-        n = len(self._subscribers)
-        count = n - (n // 2 + 1) + 1
-        first = zlib.crc32(key) % n
-        return [self._subscribers[(first + i) % n] for i in range(count)]
+        """The ``n - quorum + 1`` nodes a queue for ``key`` listens on (see ``listening``)."""
+        return listening(self._subscribers, key)
 
     async def _subscribe(self, queue: Queue) -> None:
         """Subscribe on the queue's nodes; wait (briefly) for the confirmations.
