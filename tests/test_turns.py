@@ -228,6 +228,20 @@ async def test_a_thousand_waiting_tasks_over_four_processes_take_turns_at_a_cons
     assert many <= 7.5, many
 
 
+async def _handed_on(
+    takes: asyncio.Task[bool], other_waits: asyncio.Task[bool], other_lock: aiolock.Lock
+) -> int:
+    """After a release with a successor queued: 1 if the lock stayed in the process (a
+    handoff while the other process waited), else 0 (the other's turn, then released)."""
+    await asyncio.sleep(0.05)  # the other process's turn, if it has one
+    stayed = 0 if other_waits.done() else 1
+    if other_waits.done() and not takes.done():
+        assert await other_waits
+        await other_lock.release()
+    assert await asyncio.wait_for(takes, 20)
+    return stayed
+
+
 @pytest.mark.parametrize(
     "emptied_by", ["taking", "leaving", "stale-release", "stale-release-queued"]
 )
@@ -272,13 +286,7 @@ async def test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_st
                 with contextlib.suppress(aiolock.LockNotOwned):
                     await stales.pop().release()
             await holder.release()
-            await asyncio.sleep(0.05)  # the other process's turn, if it has one
-            if not other_waits.done():
-                handoffs += 1
-            if other_waits.done() and not takes.done():
-                assert await other_waits
-                await other_lock.release()
-            assert await asyncio.wait_for(takes, 20)
+            handoffs += await _handed_on(takes, other_waits, other_lock)
             if stales and emptied_by == "stale-release":
                 with contextlib.suppress(aiolock.LockNotOwned):
                     await stales.pop().release()
@@ -370,13 +378,7 @@ async def test_a_process_that_saw_nobody_in_line_gives_way_once_others_join(
             assert takes is not None
             await holder.release()
             gate.set()
-            await asyncio.sleep(0.05)  # the other process's turn, if it has one
-            if not other_waits.done():
-                handoffs += 1
-            if other_waits.done() and not takes.done():
-                assert await other_waits
-                await other_lock.release()
-            assert await asyncio.wait_for(takes, 20)
+            handoffs += await _handed_on(takes, other_waits, other_lock)
             gate.clear()
             holder, successor, takes = successor, None, None
         passes = math.inf
