@@ -98,7 +98,7 @@ class Lock(BaseHandle):
 
     @property
     def owned(self) -> bool:
-        """Held, with validity left (no I/O)."""
+        """Held, with validity left (no I/O); ``False`` from the moment release() begins."""
         return self._hold is not None and self.remaining() > 0.0
 
     @property
@@ -202,12 +202,17 @@ class Lock(BaseHandle):
         hold = self._hold
         if hold is None:
             raise LockNotOwned(f"{self._what} is not held")
+        if hold.ended:
+            raise LockNotOwned(f"{self._what} is being released")
         expired = self.remaining() <= 0.0
         if self._leave_level():  # an outer level of this task still holds it
             if expired:  # (as the outer level's release will say too)
                 raise LockNotOwned(f"{self._what} had expired before release")
             return
         self._stop_renewal()
+        # From the first node that applies it, the release deletes the key: the handle
+        # no longer reads owned from now on (remaining() is 0.0 once the hold ended).
+        hold.ended = True
         engine = self._engine
         held = engine.clock() - hold.acquired_at
         try:
@@ -245,6 +250,8 @@ class Lock(BaseHandle):
         hold = self._hold
         if hold is None:
             raise LockNotOwned(f"{self._what} is not held")
+        if hold.ended:
+            raise LockNotOwned(f"{self._what} is being released")
         if self.remaining() <= 0.0:
             await self._drop()
             raise LockNotOwned(f"{self._what} had expired; it is not re-created")
@@ -258,8 +265,8 @@ class Lock(BaseHandle):
             hold.end_extension(extension, start, expires_at, new_ttl, won=votes.won)
 
         votes, _expires_at = await quorum.extend(hold.key, hold.token, new_ttl, then=settle)
-        if votes.won and self._hold is hold and self.remaining() > 0.0:
-            return
+        if votes.won and self._hold is hold and (hold.ended or self.remaining() > 0.0):
+            return  # (ended: our own release, sent after it, is on its way)
         if votes.rejected:
             await self._drop()
             raise LockNotOwned(
@@ -358,6 +365,10 @@ class Lock(BaseHandle):
 
     def _handed_over(self) -> bool:
         return self._detached
+
+    def _busy(self) -> bool:
+        hold = self._hold  # owned, or being released: acquire() refuses both
+        return hold is not None and (hold.ended or self.remaining() > 0.0)
 
     def _renewals(self) -> list[Renewal] | None:
         renewal = self._renewal

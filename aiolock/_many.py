@@ -94,7 +94,7 @@ class LockMany(BaseHandle):
         return next((lock.lost for lock in self._locks if lock.lost is not None), None)
 
     def _busy(self) -> bool:
-        return any(lock.owned for lock in self._locks)
+        return any(lock._busy() for lock in self._locks)  # noqa: SLF001 - same family
 
     async def _acquire(self, wait: float | None) -> bool:
         clock = self._engine.clock

@@ -693,6 +693,13 @@ MUTANTS = [
         ("tests/test_turns.py::test_a_process_that_saw_nobody_in_line_gives_way_once_others_join",),
     ),
     Mutant(
+        "a handle reads owned while its own release is in flight",
+        "aiolock/_lock.py",
+        "        hold.ended = True\n        engine = self._engine\n",
+        "        engine = self._engine\n",
+        ("tests/test_late.py::test_a_handle_stops_reading_owned_once_its_release_is_on_its_way",),
+    ),
+    Mutant(
         "an expired hold's release at the streak's limit starts the streak again",
         "aiolock/_waiting.py",
         "        if valid:  # (an expired hold's release may release nothing: the streak goes on)\n"

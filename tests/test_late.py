@@ -406,3 +406,43 @@ async def test_a_renewal_batch_sends_one_chunk_at_a_time_on_the_shared_connectio
             if sha in (EXTEND_MANY_SCRIPT.sha, ACQUIRE_SCRIPT.sha)
         ]
         assert sent == ["extend_many", "acquire", "extend_many", "extend_many"], sent
+
+
+async def test_a_handle_stops_reading_owned_once_its_release_is_on_its_way(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    """A release in flight: 3 of 5 nodes have deleted the key (their replies late), the
+    RELEASE held back on the other 2. A rival takes the name on those 3 meanwhile, so the
+    releasing handle must not read ``owned`` (on ee351f3 it did, until release()
+    returned: the late table's handover row saw it under load)."""
+    async with (
+        nemesis(servers) as net,
+        LockManager(net.urls, node_timeout=2.0) as locks,
+        LockManager(list(servers), node_timeout=NODE_TIMEOUT) as others,
+    ):
+        lock = locks.lock(name, ttl=5.0)
+        assert await lock.acquire(timeout=0)
+        releases = script("RELEASE", "RELEASE_TURN", "RELEASE_EITHER")
+        held = [node.hold(releases, math.inf, count=1) for node in net[3:]]
+        for node in net[:3]:
+            node.delay_replies(0.6)
+        async with watching(clients, name) as watch:
+            watch.handles.append(lock)
+            releasing = asyncio.create_task(lock.release())
+            try:
+                deadline = time.monotonic() + 1.0
+                while sum(await asyncio.gather(*(c.exists(key(name)) for c in clients))) > 2:
+                    assert time.monotonic() < deadline, "the release never reached 3 nodes"
+                    await asyncio.sleep(0.005)
+                assert not releasing.done()
+                assert not lock.owned
+                assert lock.remaining() == 0.0
+                rival = others.lock(name, ttl=5.0)
+                assert await rival_never_acquires_while_owned(rival, [lock], 0.3)
+                assert [rule.matched for rule in held] == [1, 1]
+            finally:
+                for node in net:
+                    node.delay_replies(0)
+                    node.flush()
+                await releasing  # 3 of 5 deleted it: a won release
+        assert watch.violations == [], watch.violations[:3]

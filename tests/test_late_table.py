@@ -35,6 +35,7 @@ pytestmark = pytest.mark.timeout(60)
 
 NODE_TIMEOUT = 0.05
 SECONDS = 1.5
+ROUNDS = 3  # at most, each of SECONDS: see test_late_arrival
 TASKS = 2  # per manager
 
 
@@ -233,12 +234,17 @@ async def test_late_arrival(
         run = Run([first, second], name, kind, seed, 0.15 if row == "extend" else 0.03)
         # (Every command held back as often as one script would leave nothing done.)
         _hold_back(net, held, run.rng, 0.05 if row == "every command" else 0.25)
-        stop_at = time.monotonic() + SECONDS
         async with watching(clients, name) as watch:
             watch.handles = run.handles  # the plain lock's handles while held
-            workers = [run.worker(m, stop_at) for m in (first, second) for _ in range(TASKS)]
-            await asyncio.wait_for(asyncio.gather(*workers), SECONDS + 30)
-        matched = sum(rule.matched for proxy in net for rule in proxy.rules)
+            # A second or third round only if the first did nothing the row is for (on
+            # a loaded box, seed 2448460077 made no section in its 1.5 s).
+            for _ in range(ROUNDS):
+                stop_at = time.monotonic() + SECONDS
+                workers = [run.worker(m, stop_at) for m in (first, second) for _ in range(TASKS)]
+                await asyncio.wait_for(asyncio.gather(*workers), SECONDS + 30)
+                matched = sum(rule.matched for proxy in net for rule in proxy.rules)
+                if run.sections and (held is None or matched > 0):
+                    break
     print(f"{row}: seed {seed}, {len(run.sections)} sections, {matched} held, {run.errors}")
     assert watch.violations == [], watch.violations[:3]
     run.check()

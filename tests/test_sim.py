@@ -251,6 +251,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "lone-streak-for-all",
         "handoff-line-view-dropped",
         "shorter-extension-in-flight",
+        "owned-during-own-release",
         "extend-shorter-renewal-schedule",
         "detached-token-still-held",
     ],

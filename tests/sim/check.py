@@ -19,7 +19,9 @@ Safety (a violation fails the run):
   back: the quarantine keeps the others out there; then the holder must have repaired
   its key there). The real-server
   suite's ``watching`` rule (tests/test_late.py), read at every step without a
-  sampling delay. It needs no rival: a key cut short under a holder is a violation
+  sampling delay, and between steps after every command a node runs, for every lock
+  handle that has stepped (``Recorder.watch``: inside ``extend()``, during a release
+  or a handoff). It needs no rival: a key cut short under a holder is a violation
   even when nobody happened to take the lock in the gap.
 * **told in time**: a renewed holder whose lock is lost is told (its body cancelled)
   before its last validity estimate ends, at least half the guard before it (a body

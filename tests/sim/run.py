@@ -232,7 +232,12 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     rec = Recorder(world)
     rec.live = Liveness(world, cfg.processes)
     rec.nudge_chance = cfg.nudge
-    world.observer = rec.live.sample
+
+    def observe() -> None:
+        rec.live.sample()
+        rec.watch()
+
+    world.observer = observe
     errors: list[str] = []
 
     def on_error(loop: asyncio.AbstractEventLoop, context: dict[str, object]) -> None:

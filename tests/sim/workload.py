@@ -150,15 +150,21 @@ def make_config(seed: int) -> Config:
     return cfg
 
 
+def lock_of(handle: Any, name: str) -> Any:
+    """The ``Lock`` of ``name`` that ``handle`` is or holds (a ``LockMany``'s own)."""
+    for lock in handle.locks if isinstance(handle, LockMany) else (handle,):
+        if lock.name == name:
+            return lock
+    return None
+
+
 def key_token(handle: Any, name: str) -> bytes | None:
     """The token ``handle`` keeps in the key of ``name`` (a lease's is the key's, as its
     holder took it; an attached handle's, the one it set). Read from the library's
     state, which the checker compares with the nodes'."""
-    for lock in handle.locks if isinstance(handle, LockMany) else (handle,):
-        if lock.name == name:
-            hold = lock._hold
-            return hold.token if hold is not None else None
-    return None
+    lock = lock_of(handle, name)
+    hold = lock._hold if lock is not None else None
+    return hold.token if hold is not None else None
 
 
 class Recorder:
@@ -188,6 +194,9 @@ class Recorder:
         #: taken, and the lock waits for its ttl: the price of forgetting, which at the
         #: real size needs more than 4,096 offers sent by one process since.
         self.watch_orphans = True
+        #: Each lock handle that has stepped, by id: (the Lock, its name, its latest
+        #: holding), read by :meth:`watch` after every command.
+        self.watched: dict[int, tuple[Any, str, Holding]] = {}
 
     def count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -265,12 +274,37 @@ class Recorder:
         if h.counters is None:
             h.counters = world.counters(KEY % name.encode() + b":fence")
             h.resets = [node.resets for node in world.nodes]
+        lock = lock_of(handle, name)
+        if lock is not None:
+            self.watched[id(lock)] = (lock, name, h)
         if h.short is not None:
             return
         key, token = KEY % name.encode(), key_token(handle, name)
         short = world.keeping(key, token, now + remaining, h.steps[0][0])
         if len(short) > len(world.nodes) - (len(world.nodes) // 2 + 1):
             h.short = f"at {now:.6f} it read {remaining:.6f} s left; not kept on {', '.join(short)}"
+
+    def watch(self) -> None:
+        """The kept rule between steps: after every command a node runs, each lock
+        handle that has stepped reads ``remaining()``; while it is positive, a quorum
+        must keep the key until then. So the moments a body does not step are read
+        too: inside ``extend()``, during its own release, a handoff. Reads only."""
+        world = self.world
+        now = world.now
+        tolerated = len(world.nodes) - (len(world.nodes) // 2 + 1)
+        for lock, name, h in self.watched.values():
+            if h.short is not None:
+                continue
+            remaining = lock.remaining()
+            hold = lock._hold
+            if remaining <= 0.0 or hold is None:
+                continue
+            short = world.keeping(KEY % name.encode(), hold.token, now + remaining, h.steps[0][0])
+            if len(short) > tolerated:
+                h.short = (
+                    f"at {now:.6f} (between steps) it read {remaining:.6f} s left; "
+                    f"not kept on {', '.join(short)}"
+                )
 
 
 class Worker:
