@@ -156,6 +156,28 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # no fault: a handle read owned during its own release, the key already deleted
     # on the nodes that had applied it.
     ("a handle reads owned while its own release is in flight", 137438953472, [], "kept"),
+    # The deployments modelled from 2**38 (run.make_models): the managers given one
+    # server twice, as another database number and as a second address; and every
+    # node refusing pub/sub, where waiters that do not poll sleep until the holder's
+    # PTTL with the lock free (108 schedules from 2**38, no fault).
+    ("one server's databases are several nodes", 274877906959, [], "aliases"),
+    ("same run_id behind two addresses not refused", 274877906962, [], "aliases"),
+    ("waiters do not poll where pub/sub is refused", 274877907051, [], "idle"),
+    # From 2**38 half the nudges cancel their waiter as it is next woken (a timer never
+    # lands between what woke a task and its running): found after 982 schedules, no
+    # fault. A lease and a handoff to a waiter cancelled before it woke, kept.
+    (
+        "a lease's taker cancelled before it woke keeps the lock",
+        274877907925,
+        [],
+        "at rest",
+    ),
+    (
+        "a lock passed to a waiter cancelled before it woke stays held",
+        274877907925,
+        [],
+        "at rest",
+    ),
     # Kept seeds that show more once the new rules look (the same table).
     (
         "extend() to a shorter ttl leaves the renewal schedule",

@@ -21,11 +21,22 @@ from typing import Any
 from unittest import mock
 
 import aiolock._handoff
+from aiolock import LockManager
 
 from .check import check_exclusion, check_kept, check_keys, check_told
 from .live import Liveness, lost_without_a_fault
-from .workload import Config, Recorder, make_config, run_processes
-from .world import LIVE_FROM, ORDERED_FROM, SKEW_FROM, Deadlock, Fault, World, virtual_process
+from .workload import NODE_TIMEOUT, Config, Recorder, make_config, run_processes
+from .world import (
+    LIVE_FROM,
+    MODELS_FROM,
+    ORDERED_FROM,
+    SKEW_FROM,
+    Deadlock,
+    Fault,
+    World,
+    current_process,
+    virtual_process,
+)
 
 #: The nodes' clocks run at rates within 1 ± this (under the default drift_factor 0.01).
 DRIFT = 0.009
@@ -50,7 +61,8 @@ SWARM_FROM = 2**32
 #: empty server with a new run_id and a long uptime takes a node's address over), and
 #: a body awaits the cancellation of a loss it saw noted; from SKEW_FROM (2**36,
 #: world.py) each process has a wall clock of its own; from LIVE_FROM (2**37,
-#: world.py), where the search starts, 2 schedules in 7 have no fault (see live.py).
+#: world.py), 2 schedules in 7 have no fault (see live.py); from MODELS_FROM (2**38,
+#: world.py), where the search starts, some runs model deployments (make_models).
 LATE_FROM = 2**33
 #: The spreads a run's skews are drawn within (seconds either way).
 SKEWS = (0.0, 0.001, 0.05, 2.0, 60.0)
@@ -83,6 +95,70 @@ def memories(sizes: dict[str, int]) -> Iterator[None]:
         for where, size in sizes.items():
             stack.enter_context(mock.patch(where, size))
         yield
+
+
+@dataclass(frozen=True)
+class Models:
+    """What ``seed``'s run models of the deployment, beyond the faults (from MODELS_FROM)."""
+
+    #: Every node refuses SUBSCRIBE (an ACL without +subscribe): waiters must poll.
+    pubsub_refused: bool = False
+    #: The managers are given one server twice: ``"database"`` (its URL again with
+    #: another database number) or ``"address"`` (a second host name that reaches it).
+    #: They must refuse to start; the run is that check alone.
+    alias: str | None = None
+
+    def __str__(self) -> str:
+        shown = ["pub/sub refused"] if self.pubsub_refused else []
+        shown += [f"one server twice ({self.alias})"] if self.alias else []
+        return ", ".join(shown)
+
+
+def make_models(seed: int) -> Models:
+    """What ``seed``'s run models (below MODELS_FROM: nothing, and nothing drawn)."""
+    if seed < MODELS_FROM:
+        return Models()
+    rng = random.Random(f"models-{seed}")
+    alias = rng.choice(("database", "address")) if rng.random() < 1 / 16 else None
+    return Models(pubsub_refused=rng.random() < 1 / 6, alias=alias)
+
+
+async def aliases_refused(world: World, alias: str) -> list[str]:
+    """Managers given ``world``'s servers and one of them again (``alias``) must refuse:
+    another database number with a ValueError before any I/O (one server's databases
+    share its votes' fate: a restart empties them all), a second address with a
+    ValueError at connect (the same run_id). Counted twice, one server would make a
+    quorum on its own."""
+    current_process.set(0)
+    node = world.nodes[world.rng.randrange(len(world.nodes))]
+    extra = f"{node.url}/1" if alias == "database" else world.alias(node)
+    urls = [*world.urls, extra]
+    world.trace(f"p0 starts a manager given {urls}")
+    try:
+        manager = LockManager(urls, node_timeout=NODE_TIMEOUT)
+    except ValueError as exc:
+        world.trace(f"p0 refused at construction: {exc}")
+        return [] if not world.links else [f"aliases: I/O before the refusal: {exc}"]
+    problems = []
+    if alias == "database":
+        problems.append(
+            f"aliases: {node.url} given again as {extra} (another database of the same "
+            "server) was not refused before any I/O"
+        )
+    try:
+        async with manager as locks:
+            lock = locks.lock("a", ttl=1.0)
+            took = await lock.acquire(timeout=0)
+            if took:
+                await lock.release()
+    except ValueError as exc:
+        world.trace(f"p0 refused at connect: {exc}")
+        return problems
+    problems.append(
+        f"aliases: {node.url} given again as {extra} was not refused (an acquire "
+        f"{'won' if took else 'lost'}): one server would count as two votes"
+    )
+    return problems
 
 
 def make_skews(seed: int, cfg: Config) -> dict[int, float]:
@@ -225,7 +301,11 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     if keep is not None:
         kept = set(keep)
         faults = [f for i, f in enumerate(faults) if i in kept]
+    models = make_models(seed)
+    if models.alias:
+        faults = []
     world = World(seed=seed, nodes_count=cfg.nodes, drift=DRIFT, faults=faults)
+    world.pubsub_refused = models.pubsub_refused
     world.skews = make_skews(seed, cfg)
     if cfg.grace is not None:
         world.grace = cfg.grace
@@ -249,6 +329,9 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     async def main() -> None:
         asyncio.get_running_loop().set_exception_handler(on_error)
         world.arm()
+        if models.alias:
+            errors.extend(await aliases_refused(world, models.alias))
+            return
         try:
             async with asyncio.timeout(cfg.seconds + 120.0):
                 await run_processes(world, cfg, rec, seed)
@@ -260,6 +343,8 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
 
     rec.watch_orphans = rec.live.on = not sizes
     world.trace(f"seed {seed} config {cfg.describe()}")
+    if str(models):
+        world.trace(f"models {models}")
     if sizes:
         shown = ", ".join(f"{where.rsplit('.', 1)[1]}={size}" for where, size in sizes.items())
         world.trace(f"memories {shown}")
@@ -296,6 +381,8 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         return Result(
             seed, cfg, faults, [], world.history, len(rec.holdings), rec.counts, busy=True
         )
+    if models.alias:  # (the refusal is logged at ERROR too, as it should be)
+        logged.problems = [p for p in logged.problems if "is the same server as" not in p]
     keys = {n.index: n.store.keys() for n in world.nodes}
     violations = [
         *rec.crashes,

@@ -37,7 +37,7 @@ from aiolock import (
 )
 
 from .live import FIRST_TRY, Liveness, at_rest
-from .world import LIVE_FROM, ORDERED_FROM, SKEW_FROM, World, current_process
+from .world import LIVE_FROM, MODELS_FROM, ORDERED_FROM, SKEW_FROM, SimLoop, World, current_process
 
 NODE_TIMEOUT = 0.05
 #: How long a lock key may be held by a token nobody has, in a schedule without faults
@@ -216,6 +216,22 @@ class Recorder:
         target = self._nudges.choice(waiting)
         scope, delay = target.scope, self._nudges.uniform(0.0, 0.0005)
         loop = asyncio.get_running_loop()
+        if self.world.seed >= MODELS_FROM and self._nudges.random() < 0.5:
+            # At its next wake-up instead, within those 500 µs: the cancellation lands
+            # after what woke it (a lock handed or leased to it, a grant) and before it
+            # runs, so it never takes what it was given; a timer never lands there (the
+            # loop runs what is ready first). As another task's cancel() in the same
+            # pass of a real loop does.
+            assert isinstance(loop, SimLoop)
+
+            def expire() -> None:
+                if target.scope is scope and scope is not None and not scope.expired():
+                    self.event(target.owner, "nudged: cancelled as it wakes")
+                    scope.reschedule(None)  # (its own timer must not fire as well)
+                    scope._on_timeout()  # type: ignore[attr-defined]
+
+            loop.cancel_at_wake[target.task] = (loop.time() + delay, expire)
+            return
 
         def cancel() -> None:
             if target.scope is scope and scope is not None and not scope.expired():
@@ -327,6 +343,8 @@ class Worker:
         #: When the acquire of this operation's lock (or lock_many) began.
         self.began: float | None = None
         self.scope: asyncio.Timeout | None = None
+        #: The task this worker runs in (a nudge may cancel it as it wakes).
+        self.task: asyncio.Task[Any] | None = None
         #: The handles of the operation under way, with the names they lock.
         self.handles: list[tuple[Any, str]] = []
         rec.workers.append(self)
@@ -335,6 +353,7 @@ class Worker:
         return time.monotonic()
 
     async def run(self, end: float) -> None:
+        self.task = asyncio.current_task()
         while self.now() < end:
             op = self.rng.choice(self.cfg.ops)
             cancel_after = self.rng.uniform(0.005, 2.0) if self.rng.random() < 0.2 else None

@@ -74,8 +74,13 @@ ORDERED_FROM = 2**35
 SKEW_FROM = 2**36
 #: Seeds from here on give the liveness rules (live.py) more to judge: 2 schedules in 7
 #: have no fault (1 in 6 below), and those keep the library's real memory sizes (the
-#: rules apply only there). The search starts here.
+#: rules apply only there).
 LIVE_FROM = 2**37
+#: Seeds from here on model more of the deployments the library meets (``run.make_models``,
+#: from a stream of their own): in some runs every node refuses pub/sub (an ACL without
+#: ``+subscribe``), in others the managers are given one server twice (another database
+#: number, or a second address) and must refuse to start. The search starts here.
+MODELS_FROM = 2**38
 
 
 class Deadlock(Exception):
@@ -147,6 +152,8 @@ class SimLoop(asyncio.SelectorEventLoop):
         self.ordered = ordered
         self._timers: list[tuple[float, int, asyncio.TimerHandle]] = []
         self._timer_seq = 0
+        #: Tasks to cancel as they are next woken, until when, and how (see call_soon).
+        self.cancel_at_wake: dict[Any, tuple[float, Callable[[], None]]] = {}
         super().__init__(_Selector(world))
 
     def time(self) -> float:
@@ -162,6 +169,18 @@ class SimLoop(asyncio.SelectorEventLoop):
         self._timer_seq += 1
         heapq.heappush(self._timers, (when, self._timer_seq, timer))
         return timer
+
+    def call_soon(  # type: ignore[override]
+        self, callback: Callable[..., object], *args: Any, context: Any = None
+    ) -> asyncio.Handle:
+        """As asyncio's; a task armed in :attr:`cancel_at_wake` is cancelled first, when
+        its wake-up is scheduled (what woke it has happened, it has not run yet)."""
+        if self.cancel_at_wake:
+            task = getattr(callback, "__self__", None)
+            armed = self.cancel_at_wake.pop(task, None) if task is not None else None
+            if armed is not None and self.world.now <= armed[0]:
+                armed[1]()
+        return super().call_soon(callback, *args, context=context)
 
     def release_next(self) -> bool:
         """Make the next live timer ready, the clock at its time: False if none is left."""
@@ -452,6 +471,8 @@ class SimNode:
             return Status(b"OK")
         if name in _SUBSCRIPTIONS:
             sharded, kind, add = _SUBSCRIPTIONS[name]
+            if add and self.world.pubsub_refused:
+                return Error(NOPERM_SUBSCRIBE)  # an ACL without +subscribe: one error
             out = b""
             for channel in c[1:]:
                 (link.channels.add if add else link.channels.discard)((channel, sharded))
@@ -513,6 +534,9 @@ class SimNode:
 
 
 _NO_REPLY: Any = object()
+NOPERM_SUBSCRIBE = (
+    "NOPERM User default has no permissions to access one of the channels used as arguments"
+)
 #: Pub/sub commands: (sharded, the reply's kind, subscribe or not).
 _SUBSCRIPTIONS: dict[bytes, tuple[bool, bytes, bool]] = {
     b"SUBSCRIBE": (False, b"subscribe", True),
@@ -605,10 +629,18 @@ class World:
         #: Called after every command a node runs (the liveness rules read the nodes
         #: then): it must read, never touch, the stores.
         self.observer: Callable[[], None] | None = None
+        #: Every node refuses SUBSCRIBE and SSUBSCRIBE (from MODELS_FROM on, some runs).
+        self.pubsub_refused = False
 
     @property
     def urls(self) -> list[str]:
         return [n.url for n in self.nodes]
+
+    def alias(self, node: SimNode) -> str:
+        """A second address of ``node``'s server (another host name that reaches it)."""
+        host = f"10.0.1.{node.index + 1}"
+        self._by_address[(host, node.port)] = node
+        return f"redis://{host}:{node.port}"
 
     def elapsed(self) -> float:
         return self.now - EPOCH
@@ -858,6 +890,7 @@ def virtual_process(world: World, seed: int) -> Iterator[None]:
 
 __all__ = [
     "LIVE_FROM",
+    "MODELS_FROM",
     "ORDERED_FROM",
     "SKEW_FROM",
     "Deadlock",
