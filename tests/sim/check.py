@@ -23,6 +23,10 @@ Safety (a violation fails the run):
   handle that has stepped (``Recorder.watch``: inside ``extend()``, during a release
   or a handoff). It needs no rival: a key cut short under a holder is a violation
   even when nobody happened to take the lock in the gap.
+* **outlives**: no node keeps a lock's key, with its holder's token, longer from now
+  than the longest ttl the holding asked for (its handle's, or an ``extend()``'s), its
+  clock's drift allowed: a holder that died now would leave its lock held by nobody
+  for longer than it asked. Read after every command (``Recorder.watch``).
 * **told in time**: a renewed holder whose lock is lost is told (its body cancelled)
   before its last validity estimate ends, at least half the guard before it (a body
   inside ``extend()`` a node_timeout later: the extension is shielded), unless a
@@ -35,6 +39,11 @@ Safety (a violation fails the run):
   the cancellation asked for; the loop reports no exception in a callback; the
   library logs nothing at ERROR (a renewal tick that raised is caught and logged, and
   the run goes on: ``run.Logged``).
+* **contract**: a release by hand of a handle that read no validity left just before
+  raises ``LockNotOwned`` (``Worker._release``).
+* **aliases** (from ``world.MODELS_FROM``, in the runs that model it): managers given
+  one server twice refuse to start, before any I/O for another database number, at
+  connect for a second address (``run.aliases_refused``).
 
 Liveness, in schedules without faults (live.py): no waiter waits while its name is free
 on every node ("idle"), a process hands a name to its own waiters only so many times in
@@ -55,6 +64,14 @@ from .workload import NODE_TIMEOUT, Holding
 
 def _span(h: Holding) -> tuple[float, float]:
     return h.steps[0][0], h.steps[-1][0]
+
+
+def check_outlives(holdings: list[Holding]) -> list[str]:
+    return [
+        f"outlives: {h.owner} {h.domain} token {h.token}: {h.outlives}"
+        for h in holdings
+        if h.outlives is not None
+    ]
 
 
 def check_exclusion(holdings: list[Holding]) -> list[str]:

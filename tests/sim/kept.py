@@ -178,6 +178,29 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "at rest",
     ),
+    # From 2**38 a manual lock left to expire may be acquired again by its handle, and
+    # a reentrant lock held without renewal, its levels released by hand (a release
+    # that read no validity left must raise LockNotOwned): found after 35 and 14
+    # schedules, shrunk to no fault.
+    (
+        "an expired lock's token stays noted as held when its handle acquires again",
+        274877906978,
+        [],
+        "at rest",
+    ),
+    (
+        "an inner reentrant level's release after expiry returns quietly",
+        274877906957,
+        [],
+        "contract",
+    ),
+    # The outlives rule (a key kept longer than its holding's longest ttl): a lease to
+    # a waiter with a shorter ttl, 5 schedules from 2**38; a lease of a lock held too
+    # long, 648 schedules (lost without a fault: a lock_many's taker lost the name it
+    # was leased at its first renewal, not confirmed before the leased validity ran
+    # out). Both shrunk to no fault.
+    ("a lock is leased to a waiter with a shorter ttl", 274877906948, [], "outlives"),
+    ("a lock held too long is leased", 274877907592, [], "lost without a fault"),
     # Kept seeds that show more once the new rules look (the same table).
     (
         "extend() to a shorter ttl leaves the renewal schedule",

@@ -23,7 +23,7 @@ from unittest import mock
 import aiolock._handoff
 from aiolock import LockManager
 
-from .check import check_exclusion, check_kept, check_keys, check_told
+from .check import check_exclusion, check_kept, check_keys, check_outlives, check_told
 from .live import Liveness, lost_without_a_fault
 from .workload import NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
@@ -394,6 +394,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         *(lost_without_a_fault(rec.holdings, rec.counts) if rec.live.on and not faults else []),
         *check_exclusion(rec.holdings),
         *check_kept(rec.holdings),
+        *check_outlives(rec.holdings),
         *check_told(rec.holdings, world.stalls),
         *check_keys(keys),
     ]

@@ -70,6 +70,14 @@ class Holding:
     #: rule's one exception (see check.py).
     counters: list[int | None] | None = None
     resets: list[int] | None = None
+    #: The longest ttl the holding asked for (its handle's, or an extend()'s), and the
+    #: first moment a node kept its key longer than that from then on: see
+    #: check.check_outlives.
+    longest: float = 0.0
+    outlives: str | None = None
+
+    def __post_init__(self) -> None:
+        self.longest = max(self.longest, self.ttl)
 
     def step(self, now: float, remaining: float) -> None:
         self.steps.append((now, now + remaining))
@@ -309,10 +317,20 @@ class Recorder:
         now = world.now
         tolerated = len(world.nodes) - (len(world.nodes) // 2 + 1)
         for lock, name, h in self.watched.values():
+            hold = lock._hold
+            if hold is not None and h.outlives is None:
+                # No node keeps the key longer than the longest ttl asked for, from
+                # now: else it would outlive a holder that died now by more.
+                limit = now + h.longest * (1.0 + 2.0 * world.drift) + 0.001
+                for index, ends in world.expiries(KEY % name.encode(), hold.token):
+                    if ends > limit:
+                        h.outlives = (
+                            f"at {now:.6f} n{index} keeps its key until {ends:.6f}, "
+                            f"{ends - now:.6f} s, its ttl at most {h.longest:.6f} s"
+                        )
             if h.short is not None:
                 continue
             remaining = lock.remaining()
-            hold = lock._hold
             if remaining <= 0.0 or hold is None:
                 continue
             short = world.keeping(KEY % name.encode(), hold.token, now + remaining, h.steps[0][0])
@@ -334,6 +352,10 @@ class Worker:
         self.cfg = cfg
         self.owner = owner
         self.rng = random.Random(f"work-{seed}-{owner}")
+        #: From MODELS_FROM on: a manual lock left to expire may be acquired again by
+        #: the same handle, and a reentrant lock may be held without renewal, its inner
+        #: level released by hand, perhaps after it expired (each drawn only there).
+        self.more = seed >= MODELS_FROM
         self.process = int(owner[1:].split("t", maxsplit=1)[0])
         self.serial = itertools.count()
         self.cancelled_in_extend = False
@@ -463,6 +485,7 @@ class Worker:
         ttl = max(3 * NODE_TIMEOUT + 0.01, handle.ttl * factor)
         for h in holds:
             h.ttl = min(h.ttl, ttl)
+            h.longest = max(h.longest, ttl)
         self.rec.event(self.owner, f"extend {ttl:.3f}")
         try:
             await handle.extend(ttl)
@@ -552,13 +575,42 @@ class Worker:
         )
         try:
             await self._body(lock, [h], self._work(1.5, lock.ttl), extend=True)
+            if self.more and lock.remaining() <= 0.0 and self.rng.random() < 0.5:
+                # Expired, never released: the same handle acquires again (what it
+                # held is forgotten, its token too: the "at rest" rule reads that).
+                self.rec.event(self.owner, "acquires again with the expired handle")
+                with self._waiting(name, timeout):
+                    acquired = await lock.acquire(timeout=timeout)
+                if not acquired:
+                    self.rec.count("timeout")
+                    return
+                h = self._holding(
+                    ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=False
+                )
+                await self._body(lock, [h], self._work(0.5, lock.ttl))
         finally:
-            with contextlib.suppress(LockNotOwned):
-                await lock.release()
+            await self._release(lock)
+
+    async def _release(self, handle: Any) -> None:
+        """Release by hand: a handle that read no validity left just before must be
+        told so (``LockNotOwned``), never released quietly (API.md)."""
+        expired = handle.remaining() <= 0.0
+        try:
+            await handle.release()
+        except LockNotOwned:
+            return
+        if expired:
+            self.rec.crashes.append(
+                f"contract: {self.owner}: release() of {handle!r}, which read no validity left, "
+                "returned quietly (LockNotOwned expected)"
+            )
 
     async def op_reentrant(self, end: float) -> None:
         name = self.rng.choice(self.cfg.names)
         ttl, timeout = self._ttl(), self._timeout()
+        if self.more and self.rng.random() < 0.3:
+            await self._reentrant_by_hand(name, ttl, timeout)
+            return
         outer = self._mine(self.locks.lock(name, ttl=ttl, timeout=timeout, reentrant=True), name)
         with self._waiting(name, timeout) as waited:
             async with outer:
@@ -576,6 +628,32 @@ class Worker:
                 async with inner:
                     await self._body(inner, [h], self._work(0.5, outer.ttl))
                 await self._body(outer, [h], self._work(0.5, outer.ttl))
+
+    async def _reentrant_by_hand(self, name: str, ttl: float, wait: float) -> None:
+        """Two levels of a reentrant lock without renewal, acquired and released by
+        hand; the inner one's body may outlive the ttl (then its release must say so)."""
+        locks = self.locks
+        outer = self._mine(
+            locks.lock(name, ttl=ttl, timeout=wait, reentrant=True, auto_renew=False), name
+        )
+        with self._waiting(name, wait):
+            acquired = await outer.acquire()
+        if not acquired:
+            self.rec.count("timeout")
+            return
+        h = self._holding(
+            ("lock", name), "x", outer, outer.fencing_token, outer.fencing_token, renewed=False
+        )
+        try:
+            inner = locks.lock(name, ttl=ttl, timeout=0, reentrant=True, auto_renew=False)
+            if await inner.acquire():
+                try:
+                    await self._body(inner, [h], self._work(1.5, ttl))
+                finally:
+                    await self._release(inner)
+            await self._body(outer, [h], self._work(0.3, ttl))
+        finally:
+            await self._release(outer)
 
     async def op_handover(self, end: float) -> None:
         """Detach the lock and attach it again (as another task or process would)."""

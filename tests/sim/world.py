@@ -751,6 +751,19 @@ class World:
                 short.append(f"n{node.index} {kept}")
         return short
 
+    def expiries(self, key: bytes, token: bytes) -> list[tuple[int, float]]:
+        """Each node that keeps ``key`` with ``token``, and until when (virtual time;
+        infinity: no ttl). Read without touching the store."""
+        found = []
+        for node in self.nodes:
+            if node.store.data.get(key) != token:
+                continue
+            expiry = node.store.expires.get(key)
+            ends = math.inf if expiry is None else EPOCH + (expiry / 1000.0 - EPOCH) / node.rate
+            if ends > self.now:
+                found.append((node.index, ends))
+        return found
+
     def _live(self, key: bytes) -> list[bytes | None]:
         """Each node's string value of ``key`` (None: none, or expired), read without
         touching the stores, as :meth:`keeping` reads."""
