@@ -5,15 +5,13 @@ from __future__ import annotations
 import secrets
 from typing import TYPE_CHECKING, Final
 
-import anyio
-
 from ._base import BaseHandle
 from ._checks import shown
 from ._errors import LockLost, LockNotOwned, QuorumError
 from ._handoff import can_pass_on
 from ._hold import Hold
 from ._lease import hand_on
-from ._ticket import Ticket, encode_ticket
+from ._ticket import Ticket, encode_ticket, take_over
 from ._votes import Attempt, Votes
 
 if TYPE_CHECKING:
@@ -305,25 +303,13 @@ class Lock(BaseHandle):
         engine.check_open()
         if not engine.connected:
             await engine.connect()
-        quorum = engine.quorum
         token = secrets.token_bytes(TOKEN_BYTES)
         start = engine.clock()
-        try:
-            votes, expires_at = await quorum.extend(
-                self._key, ticket.token, self._ttl, new_token=token
-            )
-        except BaseException:  # cancelled: the nodes decided, the handle will not own it
-            with anyio.CancelScope(shield=True):
-                await quorum.extend(self._key, token, self._ttl, new_token=ticket.token)
-            raise
+        votes, expires_at = await take_over(engine.quorum, self._key, ticket, self._ttl, token)
         if expires_at is not None:
             self._own(token, ticket.fence, start, expires_at)
             engine.emit("acquired", self._name, engine.clock() - start)
             return
-        # Not taken over on a quorum: give the nodes that took it back to the ticket
-        # (it stays usable if nodes only failed), shielded like any clean-up.
-        with anyio.CancelScope(shield=True):
-            await quorum.extend(self._key, token, self._ttl, new_token=ticket.token)
         if votes.rejected:
             raise LockNotOwned(
                 f"{self._what}: the ticket's lock is not held any more (expired, "

@@ -11,9 +11,15 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
-__all__ = ["Ticket", "decode_ticket", "encode_ticket"]
+import anyio
+
+if TYPE_CHECKING:
+    from ._quorum import Quorum
+    from ._votes import Votes
+
+__all__ = ["Ticket", "decode_ticket", "encode_ticket", "take_over"]
 
 _HEAD: Final = "aiolock-ticket.1."
 
@@ -71,3 +77,25 @@ def decode_ticket(text: object, *, prefix: str) -> Ticket:
             f"the ticket is of a manager with prefix {ticket.prefix!r}, not {prefix!r}"
         )
     return ticket
+
+
+async def take_over(
+    quorum: Quorum, key: bytes, ticket: Ticket, ttl: float, token: bytes
+) -> tuple[Votes, float | None]:
+    """Give the detached lock of ``ticket`` the new ``token`` on a quorum.
+
+    One ``HANDOVER`` per node; returns the votes and the validity's end (``None``: not
+    taken over). Where it was not taken over on a quorum, or the caller was cancelled,
+    the nodes that took it are given back to the ticket (it stays usable if nodes only
+    failed), shielded like any clean-up.
+    """
+    try:
+        votes, expires_at = await quorum.extend(key, ticket.token, ttl, new_token=token)
+    except BaseException:  # cancelled: the nodes decided, the handle will not own it
+        with anyio.CancelScope(shield=True):
+            await quorum.extend(key, token, ttl, new_token=ticket.token)
+        raise
+    if expires_at is None:
+        with anyio.CancelScope(shield=True):
+            await quorum.extend(key, token, ttl, new_token=ticket.token)
+    return votes, expires_at
