@@ -27,8 +27,8 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Line",
     "Taker",
+    "attempt_as_head",
     "can_pass_on",
     "give_back",
     "others_in_line",
@@ -94,6 +95,20 @@ class Taker:
             and self.on_dropped is not None
         ):
             self.on_dropped()  # passed, but we were cancelled before taking it
+
+
+_R = TypeVar("_R")
+
+
+async def attempt_as_head(attempt: Callable[[], Awaitable[_R]], offer: Taker | None) -> _R:
+    """The head's own attempt: its offer may not be claimed meanwhile."""
+    if offer is None:
+        return await attempt()
+    offer.busy = True
+    try:
+        return await attempt()
+    finally:
+        offer.busy = False
 
 
 def can_pass_on(quorum: Quorum) -> bool:

@@ -43,7 +43,7 @@ import anyio
 
 from ._cluster import ClusterNode
 from ._grants import Grants
-from ._handoff import Line, Taker, others_in_line
+from ._handoff import Line, Taker, attempt_as_head, others_in_line
 from ._keys import grant_channel, release_channel, turn_keys
 from ._pubsub import ClusterSubscriber, Listener, Subscriber
 from ._queue import Queue, Streaks, listening
@@ -127,6 +127,12 @@ class Waiting:
         """How many tasks of this process wait for ``key``."""
         queue = self._queues.get(key)
         return len(queue.entries) if queue is not None else 0
+
+    def shortened(self, key: bytes) -> None:
+        """A task of ours shortened ``key``'s lock: our head tries again (and learns it)."""
+        queue = self._queues.get(key)
+        if queue is not None:
+            queue.wake.set()
 
     def released(self, key: bytes, *, pass_on: bool = False, valid: bool = True) -> Taker | bool:
         """A task of this process is releasing ``key``: wake the head of its queue.
@@ -280,7 +286,7 @@ class Waiting:
                             result = None  # the handoff failed: try as usual
                     if result is None:
                         queue.wake.clear()
-                        result = await self._attempt(attempt, offer)
+                        result = await attempt_as_head(attempt, offer)
                         if offer is not None and self._grants is not None:
                             self._grants.tried(offer.token, result)  # (its clean-up)
                     if result.expires_at is not None:
@@ -311,17 +317,6 @@ class Waiting:
                 if self._grants is not None:
                     self._grants.settled(offer.token, key, won)
             self._leave(key, queue, turn, taken)
-
-    @staticmethod
-    async def _attempt(attempt: Callable[[], Awaitable[_A]], offer: Taker | None) -> _A:
-        """The head's own attempt: its offer may not be claimed meanwhile."""
-        if offer is None:
-            return await attempt()
-        offer.busy = True
-        try:
-            return await attempt()
-        finally:
-            offer.busy = False
 
     def _leave(
         self, key: bytes, queue: Queue, turn: asyncio.Future[float | None], taken: float | None

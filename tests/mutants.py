@@ -700,6 +700,13 @@ MUTANTS = [
         ("tests/test_late.py::test_a_handle_stops_reading_owned_once_its_release_is_on_its_way",),
     ),
     Mutant(
+        "a local waiter sleeps on the longer validity after its process shortened the lock",
+        "aiolock/_lock.py",
+        "            engine.waiting.shortened(self._queue_key)\n",
+        "            pass\n",
+        ("tests/test_waiting.py::test_a_local_waiter_wakes_when_its_process_shortens_the_lock",),
+    ),
+    Mutant(
         "an expired hold's release at the streak's limit starts the streak again",
         "aiolock/_waiting.py",
         "        if valid:  # (an expired hold's release may release nothing: the streak goes on)\n"

@@ -261,6 +261,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "inner-release-after-expiry",
         "leased-to-shorter-ttl",
         "leased-held-too-long",
+        "local-waiter-after-shortening",
         "extend-shorter-renewal-schedule",
         "detached-token-still-held",
     ],

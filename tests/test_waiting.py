@@ -646,3 +646,37 @@ async def test_a_waiter_cancelled_after_the_lock_was_passed_to_it_gives_it_back(
     other = locks.lock(name, ttl=5)
     assert await other.acquire(timeout=0)
     await other.release()
+
+
+@pytest.mark.parametrize("how", ["attempted", "handed-on"])
+async def test_a_local_waiter_wakes_when_its_process_shortens_the_lock(
+    locks: LockManager, name: str, how: str
+) -> None:
+    """A waiter of the holder's own process sleeps on what it learnt of the lock (its
+    attempt's PTTL, or the validity its queue's previous head took); the holder then
+    shortens the lock with extend() and never releases it. The waiter must not sleep
+    on the longer time (on a148289 it slept ~3 s, the name free after 0.3 s: the
+    simulation's idle rule, seed 276328346926)."""
+    holder = locks.lock(name, ttl=3.0, auto_renew=False)
+    if how == "handed-on":
+        first = locks.lock(name, ttl=3.0, auto_renew=False)
+        assert await first.acquire(timeout=0)
+        taking = asyncio.create_task(holder.acquire(timeout=5))
+        await asyncio.sleep(0.05)
+        waiter = locks.lock(name, ttl=3.0)
+        waiting = asyncio.create_task(waiter.acquire(timeout=10))
+        await asyncio.sleep(0.05)
+        await first.release()  # handed on: the next head sleeps on what the taker took
+        assert await taking
+    else:
+        assert await holder.acquire(timeout=0)
+        waiter = locks.lock(name, ttl=3.0)
+        waiting = asyncio.create_task(waiter.acquire(timeout=10))
+    await asyncio.sleep(0.1)  # it tried, failed and sleeps
+    assert not waiting.done()
+    await holder.extend(0.3)
+    started = time.monotonic()
+    assert await waiting
+    took = time.monotonic() - started
+    assert took < 1.5, f"the waiter slept {took:.2f} s on the longer validity"
+    await waiter.release()
