@@ -96,7 +96,9 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # rule's first kills (a lock granted to a waiter that had left, and to an attempt
     # that then lost and walked away, held by nobody until its ttl).
     ("a grant for a waiter that left kept", 69379949051, [], "orphan"),
-    ("an attempt with the token granted to it loses", 71265505249, [], "orphan"),
+    # (71265505249 until 4dabb33, whose wake-up on a shortening extend() changed its
+    # schedule; found again from 2**38 after 30 schedules, no fault.)
+    ("an attempt with the token granted to it loses", 274877906973, [], "orphan"),
     # Found at once by 252d43b's table, missed by 5b829b3's 30 s: no fault needed.
     ("semaphore release deletes another holder's slot", 69334099447, [], "exclusion"),
     # The liveness rules' finds in the library (live.py), no fault in the first two: a
