@@ -262,6 +262,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "leased-to-shorter-ttl",
         "leased-held-too-long",
         "local-waiter-after-shortening",
+        "release-names-first-in-line",
         "extend-shorter-renewal-schedule",
         "detached-token-still-held",
     ],

@@ -213,6 +213,13 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "idle",
     ),
+    # A 150-s search from 2**38 (171 schedules, no fault): the streak rule.
+    (
+        "a release names the first in line, not the next after the releasing process",
+        278888758378,
+        [],
+        "streak",
+    ),
     # Kept seeds that show more once the new rules look (the same table).
     (
         "extend() to a shorter ttl leaves the renewal schedule",
