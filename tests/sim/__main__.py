@@ -5,7 +5,7 @@
     python -m tests.sim shrink SEED
     python -m tests.sim mutants [NAME ...] [--seconds S]
     python -m tests.sim digests [--first N] [--count K | --kept]
-    python -m tests.sim regressions
+    python -m tests.sim regressions [--first-for NAME]
 
 ``search`` plays seeds first, first + 1, ... and stops at the first failing one, which
 it prints with the command that replays it; ``replay`` plays one seed (with only the
@@ -14,7 +14,8 @@ whole, with ``--around 0``) and its digest; ``shrink`` finds the fewest faults o
 failing seed that still fail; ``mutants`` applies each named mutant of tests/mutants.py
 in turn, replays the seeds kept as tests (what the suite replays on every run) and,
 if none fails, searches until the simulation kills it or the time is up;
-``regressions`` replays the kept seeds and stops at the first that fails; ``digests`` prints
+``regressions`` replays the kept seeds and stops at the first that fails (``--first-for
+NAME``: the seeds kept for that named mutant first, as ``mutants`` does); ``digests`` prints
 each seed's history digest, one per line (or each seed kept as a test, with the faults
 it keeps: ``--kept``); ``nox -s determinism`` compares them across Python versions.
 
@@ -37,7 +38,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from .kept import kept
+from .kept import CAUGHT, kept
 from .run import Result, run, shrink
 from .world import MODELS_FROM
 
@@ -179,9 +180,17 @@ def _shown(seed: int, keep: list[int] | None) -> str:
     return f"{seed}" + ("" if keep is None else f" --keep '{','.join(map(str, keep))}'")
 
 
-def regressions() -> int:
-    """Replay every kept seed (with the faults it keeps); 1 at the first that fails."""
-    for seed, keep in kept():
+def regressions(first_for: str | None = None) -> int:
+    """Replay every kept seed (with the faults it keeps); 1 at the first that fails.
+
+    ``first_for``: a named mutant's name; the seeds kept for it go first (as the
+    suite runs a mutant's own tests first: ``tests/mutants.py``).
+    """
+    seeds = kept()
+    if first_for is not None:
+        own = [(seed, keep) for name, seed, keep, _ in CAUGHT if name == first_for]
+        seeds = own + [entry for entry in seeds if entry not in own]
+    for seed, keep in seeds:
         result = _guarded(seed, keep)
         shown = _shown(seed, keep)
         if isinstance(result, str) or result.failed:
@@ -204,7 +213,8 @@ def mutants(names: list[str], seconds: float, jobs: int) -> int:
     for mutant in chosen:
         started = time.monotonic()
         search = ["search", "--seconds", str(seconds), "--jobs", str(jobs)]
-        out = run_mutated(mutant, [sys.executable, "-m", "tests.sim", "regressions"])
+        replay = ["regressions", "--first-for", mutant.name]
+        out = run_mutated(mutant, [sys.executable, "-m", "tests.sim", *replay])
         if out.returncode != 1:  # (the kept seeds let it through: search)
             out = run_mutated(mutant, [sys.executable, "-m", "tests.sim", *search])
         took = time.monotonic() - started
@@ -253,11 +263,12 @@ def main(argv: list[str]) -> int:
     d.add_argument("--first", type=int, default=1)
     d.add_argument("--count", type=int, default=20)
     d.add_argument("--kept", action="store_true", help="the seeds kept as tests, instead")
-    sub.add_parser("regressions")
+    g = sub.add_parser("regressions")
+    g.add_argument("--first-for", help="a named mutant: the seeds kept for it first")
     args = parser.parse_args(argv)
     if args.command == "regressions":
         _limit_memory()
-        return regressions()
+        return regressions(args.first_for)
     if args.command == "digests":
         seeds: list[tuple[int, list[int] | None]] = (
             kept()
