@@ -25,8 +25,11 @@ Safety (a violation fails the run):
   even when nobody happened to take the lock in the gap.
 * **outlives**: no node keeps a lock's key, with its holder's token, longer from now
   than the longest ttl the holding asked for (its handle's, or an ``extend()``'s), its
-  clock's drift allowed: a holder that died now would leave its lock held by nobody
-  for longer than it asked. Read after every command (``Recorder.watch``).
+  clock's drift allowed, and the library's drift allowance for the longest ttl any
+  holding of the name asked for (a lease passes the key on with its holder's counted
+  validity, which the nodes outlast by that): a holder that died now would leave its
+  lock held by nobody for longer than it asked. Read after every command
+  (``Recorder.watch``).
 * **told in time**: a renewed holder whose lock is lost is told (its body cancelled)
   before its last validity estimate ends, at least half the guard before it (a body
   inside ``extend()`` a node_timeout later: the extension is shielded), unless a
