@@ -306,12 +306,20 @@ class Recorder:
         lock = lock_of(handle, name)
         if lock is not None:
             self.watched[id(lock)] = (lock, name, h)
+        self._kept(h, name, key_token(handle, name), remaining, now=now)
+
+    def _kept(
+        self, h: Holding, name: str, token: bytes | None, left: float, *, now: float, when: str = ""
+    ) -> None:
+        """The kept rule at ``now``: a quorum keeps ``name``'s key with ``token`` for
+        the ``left`` seconds the holding reads; else ``h.short`` says where not."""
         if h.short is not None:
             return
-        key, token = KEY % name.encode(), key_token(handle, name)
-        short = world.keeping(key, token, now + remaining, h.steps[0][0])
+        world = self.world
+        short = world.keeping(KEY % name.encode(), token, now + left, h.steps[0][0])
         if len(short) > len(world.nodes) - (len(world.nodes) // 2 + 1):
-            h.short = f"at {now:.6f} it read {remaining:.6f} s left; not kept on {', '.join(short)}"
+            where = ", ".join(short)
+            h.short = f"at {now:.6f}{when} it read {left:.6f} s left; not kept on {where}"
 
     def watch(self) -> None:
         """The kept rule between steps: after every command a node runs, each lock
@@ -320,7 +328,6 @@ class Recorder:
         too: inside ``extend()``, during its own release, a handoff. Reads only."""
         world = self.world
         now = world.now
-        tolerated = len(world.nodes) - (len(world.nodes) // 2 + 1)
         for lock, name, h in self.watched.values():
             hold = lock._hold
             longest = self.longest[name] = max(self.longest.get(name, 0.0), h.longest)
@@ -340,17 +347,10 @@ class Recorder:
                             f"at {now:.6f} n{index} keeps its key until {ends:.6f}, "
                             f"{ends - now:.6f} s, its ttl at most {h.longest:.6f} s"
                         )
-            if h.short is not None:
-                continue
+                        break
             remaining = lock.remaining()
-            if remaining <= 0.0 or hold is None:
-                continue
-            short = world.keeping(KEY % name.encode(), hold.token, now + remaining, h.steps[0][0])
-            if len(short) > tolerated:
-                h.short = (
-                    f"at {now:.6f} (between steps) it read {remaining:.6f} s left; "
-                    f"not kept on {', '.join(short)}"
-                )
+            if remaining > 0.0 and hold is not None:
+                self._kept(h, name, hold.token, remaining, now=now, when=" (between steps)")
 
 
 class Worker:
@@ -592,31 +592,32 @@ class Worker:
         name = self.rng.choice(self.cfg.names)
         lock = self._mine(self.locks.lock(name, ttl=self._ttl(), auto_renew=False), name)
         timeout = self._timeout()
-        with self._waiting(name, timeout):
-            acquired = await lock.acquire(timeout=timeout)
-        if not acquired:
-            self.rec.count("timeout")
+        h = await self._take(lock, name, timeout)
+        if h is None:
             return
-        h = self._holding(
-            ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=False
-        )
         try:
             await self._body(lock, [h], self._work(1.5, lock.ttl), extend=True)
             if self.more and lock.remaining() <= 0.0 and self.rng.random() < 0.5:
                 # Expired, never released: the same handle acquires again (what it
                 # held is forgotten, its token too: the "at rest" rule reads that).
                 self.rec.event(self.owner, "acquires again with the expired handle")
-                with self._waiting(name, timeout):
-                    acquired = await lock.acquire(timeout=timeout)
-                if not acquired:
-                    self.rec.count("timeout")
+                h = await self._take(lock, name, timeout)
+                if h is None:
                     return
-                h = self._holding(
-                    ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=False
-                )
                 await self._body(lock, [h], self._work(0.5, lock.ttl))
         finally:
             await self._release(lock)
+
+    async def _take(self, lock: Any, name: str, wait: float) -> Holding | None:
+        """Acquire the plain ``lock`` by hand (not renewed inside a body): its holding,
+        or None when the time ran out (counted)."""
+        with self._waiting(name, wait):
+            acquired = await lock.acquire(timeout=wait)
+        if not acquired:
+            self.rec.count("timeout")
+            return None
+        token = lock.fencing_token
+        return self._holding(("lock", name), "x", lock, token, token, renewed=False)
 
     async def _release(self, handle: Any) -> None:
         """Release by hand: a handle that read no validity left just before must be
@@ -663,14 +664,9 @@ class Worker:
         outer = self._mine(
             locks.lock(name, ttl=ttl, timeout=wait, reentrant=True, auto_renew=False), name
         )
-        with self._waiting(name, wait):
-            acquired = await outer.acquire()
-        if not acquired:
-            self.rec.count("timeout")
+        h = await self._take(outer, name, wait)
+        if h is None:
             return
-        h = self._holding(
-            ("lock", name), "x", outer, outer.fencing_token, outer.fencing_token, renewed=False
-        )
         try:
             inner = locks.lock(name, ttl=ttl, timeout=0, reentrant=True, auto_renew=False)
             if await inner.acquire():
@@ -687,16 +683,11 @@ class Worker:
         name = self.rng.choice(self.cfg.names)
         ttl, timeout = self._ttl(), self._timeout()
         lock = self._mine(self.locks.lock(name, ttl=ttl, timeout=timeout), name)
-        with self._waiting(name, timeout):
-            acquired = await lock.acquire()
-        if not acquired:
-            self.rec.count("timeout")
-            return
         # (Acquired and attached without ``async with``: no body to cancel on a loss, so
         # the checker's "told" rule does not apply; exclusion and fencing do.)
-        h = self._holding(
-            ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=False
-        )
+        h = await self._take(lock, name, timeout)
+        if h is None:
+            return
         try:
             await self._body(lock, [h], self._work(0.5, lock.ttl))
         except BaseException:

@@ -445,6 +445,14 @@ class SimNode:
     def clock_ms(self) -> float:
         return (EPOCH + (self.world.now - EPOCH) * self.rate) * 1000.0
 
+    def ends(self, key: bytes) -> float:
+        """When ``key`` ends here, in virtual time (-inf: no such key; inf: no ttl),
+        read without touching the store (an expired key is not removed)."""
+        if key not in self.store.data:
+            return -math.inf
+        expiry = self.store.expires.get(key)
+        return math.inf if expiry is None else EPOCH + (expiry / 1000.0 - EPOCH) / self.rate
+
     def receive(self, link: Link, command: list[bytes]) -> None:
         if self.world.now < self.paused_until or self.backlog:
             self.backlog.append((link, command))
@@ -735,15 +743,7 @@ class World:
         for node in self.nodes:
             if node.reset_at > since and node.reset_at + self.grace >= until:
                 continue
-            ends = -math.inf
-            value = node.store.data.get(key)
-            if value is not None:
-                expiry = node.store.expires.get(key)
-                ends = (
-                    math.inf
-                    if expiry is None
-                    else EPOCH + (expiry / 1000.0 - EPOCH) / node.rate  # node ms: virtual s
-                )
+            value, ends = node.store.data.get(key), node.ends(key)
             if value != token and ends > self.now:
                 short.append(f"n{node.index} another token until {ends:.6f}")
             elif ends < until:
@@ -756,11 +756,8 @@ class World:
         infinity: no ttl). Read without touching the store."""
         found = []
         for node in self.nodes:
-            if node.store.data.get(key) != token:
-                continue
-            expiry = node.store.expires.get(key)
-            ends = math.inf if expiry is None else EPOCH + (expiry / 1000.0 - EPOCH) / node.rate
-            if ends > self.now:
+            ends = node.ends(key)
+            if node.store.data.get(key) == token and ends > self.now:
                 found.append((node.index, ends))
         return found
 
