@@ -437,6 +437,13 @@ async def test_a_handle_stops_reading_owned_once_its_release_is_on_its_way(
                 assert not releasing.done()
                 assert not lock.owned
                 assert lock.remaining() == 0.0
+                # Meanwhile the handle is neither free to acquire nor held to extend.
+                with pytest.raises(RuntimeError):
+                    await lock.acquire(timeout=0)
+                with pytest.raises(aiolock.LockNotOwned, match="being released"):
+                    await lock.extend()
+                with pytest.raises(aiolock.LockNotOwned, match="being released"):
+                    await lock.release()
                 rival = others.lock(name, ttl=5.0)
                 assert await rival_never_acquires_while_owned(rival, [lock], 0.3)
                 assert [rule.matched for rule in held] == [1, 1]

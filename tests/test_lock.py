@@ -308,8 +308,11 @@ async def test_extend_of_never_acquired_lock_raises_not_owned(
         await locks.lock(name).extend()
 
 
-async def test_acquiring_a_held_handle_raises_runtime_error(locks: LockManager, name: str) -> None:
-    lock = locks.lock(name)
+@pytest.mark.parametrize("ttl", [30.0, 0.5], ids=["ttl-30s", "ttl-under-1s"])
+async def test_acquiring_a_held_handle_raises_runtime_error(
+    locks: LockManager, name: str, ttl: float
+) -> None:
+    lock = locks.lock(name, ttl=ttl)
     assert await lock.acquire()
     with pytest.raises(RuntimeError):
         await lock.acquire()
