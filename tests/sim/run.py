@@ -25,7 +25,7 @@ from aiolock import LockManager
 
 from .check import check_exclusion, check_kept, check_keys, check_outlives, check_told
 from .live import Liveness, lost_without_a_fault
-from .workload import NODE_TIMEOUT, Config, Recorder, make_config, run_processes
+from .workload import FOCI, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
     LIVE_FROM,
     MODELS_FROM,
@@ -175,7 +175,12 @@ def make_faults(seed: int, cfg: Config) -> list[Fault]:
     rng = random.Random(f"faults-{seed}")
     count = rng.choice((0, 0, 2, 4, 8, 12, 16) if seed >= LIVE_FROM else (0, 2, 4, 8, 12, 16))
     kinds: tuple[str, ...] = KINDS
-    if seed >= SWARM_FROM:
+    if cfg.focus is not None:  # (from FOCUS_FROM on: the kinds its part needs)
+        kinds = FOCI[cfg.focus]
+        count = rng.choice((0, 4, 8, 12)) if kinds else 0
+        if count:
+            kinds = tuple(rng.sample(kinds, rng.randint(1, min(3, len(kinds)))))
+    elif seed >= SWARM_FROM:
         swarm = random.Random(f"swarm-{seed}")
         every = {*KINDS, "late"} if seed >= LATE_FROM else set(KINDS)
         if seed >= ORDERED_FROM:

@@ -37,7 +37,16 @@ from aiolock import (
 )
 
 from .live import FIRST_TRY, Liveness, at_rest
-from .world import LIVE_FROM, MODELS_FROM, ORDERED_FROM, SKEW_FROM, SimLoop, World, current_process
+from .world import (
+    FOCUS_FROM,
+    LIVE_FROM,
+    MODELS_FROM,
+    ORDERED_FROM,
+    SKEW_FROM,
+    SimLoop,
+    World,
+    current_process,
+)
 
 NODE_TIMEOUT = 0.05
 #: The library's default drift allowance: validity = ttl - elapsed - (ttl x this + floor).
@@ -119,9 +128,13 @@ class Config:
     #: the lock is handed to it, or granted, which a cancellation at a random time
     #: seldom hits (a handoff takes a round trip).
     nudge: float = field(default=0.0, repr=False)
+    #: From FOCUS_FROM on, in half the runs: the part of the library the run focuses
+    #: on (one of FOCI; see :func:`focus`), else None.
+    focus: str | None = field(default=None, repr=False)
 
     def describe(self) -> str:
-        extra = f" ttl {self.ttl:.3f}" if self.ttl is not None else ""
+        extra = f" focus {self.focus}" if self.focus else ""
+        extra += f" ttl {self.ttl:.3f}" if self.ttl is not None else ""
         extra += f" short {self.short:.2f}" if self.short else ""
         extra += f" restart_grace {self.grace:.3f}" if self.grace else ""
         return f"{self}{extra}" + (" long" if self.long else "")
@@ -158,7 +171,62 @@ def make_config(seed: int) -> Config:
         cfg.long = more.random() < 0.3
     if seed >= LIVE_FROM:
         cfg.nudge = random.Random(f"nudge-{seed}").choice((0.0, 0.2, 0.5))
+    if seed >= FOCUS_FROM:
+        focus(cfg, random.Random(f"focus-{seed}"))
     return cfg
+
+
+#: The parts of the library a run may focus on (from FOCUS_FROM on), each with the
+#: fault kinds its schedules draw from (run.make_faults; none: no fault, so that the
+#: liveness rules judge the run):
+#:
+#: * ``turns``: one name, many tasks of 2 or 3 processes, short bodies, manual locks
+#:   left to expire, nudges: streaks at their limits, releases of expired holds,
+#:   processes leaving in their turn (the waiting docs' promises, live.py's rules).
+#: * ``renewal``: renewed locks with long work, short ttls and a ``restart_grace`` of
+#:   twice the ttl, under restarts, failovers and slow or late replies: repairs, and
+#:   renewals confirmed late, while quarantines end during the run.
+#: * ``sem``: a semaphore of 2 slots for 4 to 6 renewed tasks with long work, under
+#:   restarts: slots repaired on emptied nodes, then tried by others.
+#: * ``lease``: plain locks of one ttl, handed on within a process while fresh (leases,
+#:   PASS_ON's reserve), detached and attached, under late replies and restarts.
+FOCI: dict[str, tuple[str, ...]] = {
+    "turns": (),
+    "renewal": ("restart", "restart", "failover", "delay", "late", "slow", "pause"),
+    "sem": ("restart", "restart", "failover", "delay", "late", "sever"),
+    "lease": ("late", "delay", "sever", "restart", "failover"),
+}
+
+
+def focus(cfg: Config, rng: random.Random) -> None:
+    """In half the runs, focus ``cfg`` on one of FOCI (drawn from ``rng``)."""
+    if rng.random() < 0.5:
+        return
+    cfg.focus = rng.choice(sorted(FOCI))
+    cfg.names = ("a",)
+    if cfg.focus == "turns":
+        cfg.processes = rng.choice((2, 3))
+        cfg.tasks = rng.choice((3, 4, 5))
+        cfg.ops = ("lock", "lock", "manual", "reentrant")
+        cfg.ttl = rng.uniform(0.3, 1.5)
+        cfg.short = rng.choice((0.7, 0.9))
+        cfg.nudge = rng.choice((0.0, 0.2, 0.5))
+        cfg.seconds = rng.uniform(4.0, 8.0)
+    elif cfg.focus == "renewal":
+        cfg.processes, cfg.tasks = rng.choice((2, 3)), 2
+        cfg.ops = ("lock", "lock", "extend", "reentrant")
+        cfg.ttl = rng.uniform(0.3, 1.0)
+        cfg.grace, cfg.long, cfg.short = 2 * cfg.ttl, True, 0.0
+    elif cfg.focus == "sem":
+        cfg.processes, cfg.tasks = 3, rng.choice((2, 2, 1))
+        cfg.ops = ("sem",)
+        cfg.ttl = rng.uniform(0.3, 1.5)
+        cfg.grace, cfg.long, cfg.short = cfg.ttl, True, 0.0
+    else:
+        cfg.processes, cfg.tasks = rng.choice((2, 3)), 3
+        cfg.ops = ("lock", "lock", "manual", "handover", "extend")
+        cfg.ttl = rng.uniform(0.3, 2.0)
+        cfg.short = 0.7
 
 
 def lock_of(handle: Any, name: str) -> Any:
@@ -720,7 +788,9 @@ class Worker:
                 sem.fencing_token,
                 renewed=True,
             )
-            await self._body(sem, [h], self._work(1.5, sem.ttl))
+            # (Focused on semaphores: long work, which renewal and repair must keep.)
+            scale = 6.0 if self.cfg.focus == "sem" and self.cfg.long else 1.5
+            await self._body(sem, [h], self._work(scale, sem.ttl))
 
     async def op_rw(self, end: float) -> None:
         name = "rw-" + self.rng.choice(self.cfg.names)
