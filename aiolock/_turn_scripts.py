@@ -177,11 +177,18 @@ return 1
 
 # A process that waits no more leaves the turn queue, with its offer; or a process that
 # was named and did not use its turn is taken out by one that went in its place (it
-# joins again, at the same place, when it refreshes its entry).
-# KEYS[1] the turn queue, KEYS[2] the entries' expiries, KEYS[3] the offers
+# joins again, at the same place, when it refreshes its entry). Not while the lock is
+# held: then the process named most likely took it (and holds it longer than the
+# others' fallback), and out of line it would let the next holder's handoffs find
+# nobody else waiting (a streak run to LONE_STREAK: seed 549755813917).
+# KEYS[1] the turn queue, KEYS[2] the entries' expiries, KEYS[3] the offers, KEYS[4]
+# (only to take another process out) the lock
 # ARGV[1] the process's member
 # returns the number of entries removed (0 or 1).
 TURN_LEAVE = b"""\
+if KEYS[4] and redis.call('exists', KEYS[4]) == 1 then
+    return 0
+end
 for _, offer in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
     if string.sub(offer, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then
         redis.call('zrem', KEYS[3], offer)

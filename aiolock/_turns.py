@@ -20,7 +20,9 @@ each loser costs a script per node, and a split vote a round for everyone. Inste
   use its turn (killed, or its message lost) delays the others by about one refresh
   interval: a process told it is another's turn tries anyway after :data:`FALLBACK`
   unless a later release is heard first, and takes the one passed over out of the line
-  (alive, it joins again at its place when it next refreshes). A process that was named
+  where the lock is free (alive, it joins again at its place when it next refreshes;
+  where the lock is held, the process named most likely took it, and it stays). A
+  process that was named
   and whose waiters all left announces the lock free.
 * **The release grants the lock to that process when it can**: each waiting process
   leaves with its entry the token and ttl its head would take the lock with (an
@@ -125,6 +127,7 @@ class Entry:
         "_key",
         "_keys",
         "_life",
+        "_pass_keys",
         "_refresh",
         "_turns",
         "_wake",
@@ -144,6 +147,7 @@ class Entry:
         self._head = head
         self._key = key
         self._keys = (b"3", *turn_keys(key))
+        self._pass_keys = (b"4", *turn_keys(key), key)
         #: Where we are in line: our clock when we joined, in microseconds (a float
         #: holds it exactly; two processes are unlikely to share one).
         self.place = b"%d" % int(turns.wall_clock() * 1_000_000)
@@ -187,9 +191,13 @@ class Entry:
         return False
 
     def _pass_over(self, member: bytes) -> None:
-        """The process named did not take the lock in time: out of line, and we try."""
+        """No release heard since the one that named ``member``: we try.
+
+        ``member`` goes out of line where the lock is free (it did not take it in time);
+        where the lock is held it most likely did, and stays (``TURN_LEAVE``).
+        """
         self._fallback = None
-        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._keys, member))
+        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._pass_keys, member))
         self._wake()
 
     def taken(self) -> None:

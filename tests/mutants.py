@@ -333,10 +333,17 @@ MUTANTS = [
     Mutant(
         "a turn passed over is never taken (no fallback)",
         "aiolock/_turns.py",
-        "        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._keys, member))\n"
+        "        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._pass_keys, member))\n"
         "        self._wake()",
-        "        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._keys, member))",
+        "        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._pass_keys, member))",
         ("tests/test_turns.py",),
+    ),
+    Mutant(
+        "a process named is passed over while the lock is held (it took it)",
+        "aiolock/_turn_scripts.py",
+        "if KEYS[4] and redis.call('exists', KEYS[4]) == 1 then",
+        "if false then",
+        ("tests/test_turns.py::test_a_named_process_that_holds_past_the_fallback_stays_in_line",),
     ),
     Mutant(
         "a process leaving in its turn does not announce the lock free",

@@ -265,6 +265,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "release-names-first-in-line",
         "extend-shorter-renewal-schedule",
         "detached-token-still-held",
+        "passed-over-while-held",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

@@ -518,3 +518,41 @@ async def test_a_head_cancelled_while_subscribing_leaves_its_place_in_line_to_th
         assert await asyncio.wait_for(second, 20)
         assert time.monotonic() - released < aiolock._turns.FALLBACK * 0.6  # its turn
         await second_lock.release()
+
+
+@pytest.mark.usefixtures("naming_only")
+async def test_a_named_process_that_holds_past_the_fallback_stays_in_line(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the simulation's streak rule, in its first schedules focused on turns
+    # (seed 549755813917, no fault). A release named a process, which took the lock and
+    # held it longer than FALLBACK; the other waiting process heard no later release,
+    # "passed over" the process holding the lock and took it out of the line. Until it
+    # refreshed its entry, handoffs found nobody else in line: the other process, next
+    # to hold, handed the lock to its own waiters 7 times while the first one waited
+    # (the promise is at most LOCAL_STREAK).
+    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)  # no entry comes back meanwhile
+    monkeypatch.setattr(aiolock._turns, "ENTRY_TTL", 10.0)
+    async with contextlib.AsyncExitStack() as stack:
+        line = await two_in_line(stack, urls, clients, name)
+        named = line.first._engine.turns
+        assert named is not None
+        # The first process has a second waiter: it wants the lock after this holding.
+        again = line.first.lock(name, ttl=30, auto_renew=False)
+        again_waits = asyncio.create_task(again.acquire(timeout=20))
+        while line.first._engine.waiting.waiters(key(name).encode()) < 2:
+            await asyncio.sleep(0.001)
+        await line.holder.release()  # names the first process, which takes the lock
+        assert await asyncio.wait_for(line.first_waits, 20)
+        # Held for twice the fallback: the second process's fallback has fired.
+        await asyncio.sleep(2 * aiolock._turns.FALLBACK * 1.1)
+        assert not line.second_waits.done()  # (its attempt failed: the lock is held)
+        turns = key(name) + ":turns"
+        for client in clients:
+            # Still in line on every node (on the old code: taken out on all three).
+            assert await client.zscore(turns, named.member) is not None
+        await line.first_lock.release()
+        assert await asyncio.wait_for(again_waits, 20)
+        await again.release()
+        assert await asyncio.wait_for(line.second_waits, 20)
+        await line.second_lock.release()

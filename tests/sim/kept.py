@@ -237,6 +237,15 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [0, 1, 2, 3, 4],
         "at rest",
     ),
+    # Found on main by the first schedules focused on turns (from 2**39, no fault): a
+    # process named held the lock past the others' fallback, was taken out of line, and
+    # the next holder's handoffs found nobody else waiting: 8 holdings in a row.
+    (
+        "a process named is passed over while the lock is held (it took it)",
+        549755813917,
+        [],
+        "streak",
+    ),
 ]
 
 
