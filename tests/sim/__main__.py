@@ -3,7 +3,7 @@
     python -m tests.sim search [--first N] [--count K | --seconds S] [--jobs J]
     python -m tests.sim replay SEED [--keep 0,3] [--around 40]
     python -m tests.sim shrink SEED
-    python -m tests.sim mutants [NAME ...] [--seconds S]
+    python -m tests.sim mutants [NAME ...] [--seconds S] [--first N]
     python -m tests.sim digests [--first N] [--count K | --kept]
     python -m tests.sim regressions [--first-for NAME]
 
@@ -40,7 +40,7 @@ from pathlib import Path
 
 from .kept import CAUGHT, kept
 from .run import Result, run, shrink
-from .world import MODELS_FROM
+from .world import FOCUS_FROM
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -203,9 +203,9 @@ def regressions(first_for: str | None = None) -> int:
     return 0
 
 
-def mutants(names: list[str], seconds: float, jobs: int) -> int:
-    """Each named mutant applied in turn; the kept seeds, then the search, must find a
-    violation in time."""
+def mutants(names: list[str], seconds: float, jobs: int, first: int | None) -> int:
+    """Each named mutant applied in turn; the kept seeds, then the search (from
+    ``first``, else search's default), must find a violation in time."""
     from tests.mutants import MUTANTS, run_mutated
 
     chosen = [m for m in MUTANTS if not names or m.name in names]
@@ -213,6 +213,7 @@ def mutants(names: list[str], seconds: float, jobs: int) -> int:
     for mutant in chosen:
         started = time.monotonic()
         search = ["search", "--seconds", str(seconds), "--jobs", str(jobs)]
+        search += ["--first", str(first)] if first is not None else []
         replay = ["regressions", "--first-for", mutant.name]
         out = run_mutated(mutant, [sys.executable, "-m", "tests.sim", *replay])
         if out.returncode != 1:  # (the kept seeds let it through: search)
@@ -245,7 +246,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.sim")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("search")
-    s.add_argument("--first", type=int, default=MODELS_FROM + int.from_bytes(os.urandom(4), "big"))
+    s.add_argument("--first", type=int, default=FOCUS_FROM + int.from_bytes(os.urandom(4), "big"))
     s.add_argument("--count", type=int)
     s.add_argument("--seconds", type=float)
     s.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
@@ -259,6 +260,7 @@ def main(argv: list[str]) -> int:
     m.add_argument("names", nargs="*")
     m.add_argument("--seconds", type=float, default=300.0)
     m.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    m.add_argument("--first", type=int)
     d = sub.add_parser("digests")
     d.add_argument("--first", type=int, default=1)
     d.add_argument("--count", type=int, default=20)
@@ -301,7 +303,7 @@ def main(argv: list[str]) -> int:
             f"python -m tests.sim replay {args.seed} --keep {','.join(map(str, keep))}"
         )
         return 1 if result.failed else 0
-    return mutants(args.names, args.seconds, args.jobs)
+    return mutants(args.names, args.seconds, args.jobs, args.first)
 
 
 if __name__ == "__main__":
