@@ -200,8 +200,8 @@ def determinism(session: nox.Session) -> None:
 
     Each Python replays the same seeds (100 from 2**35, whose loop releases its
     timers one at a time; 100 from 2**36, wall clocks apart; 100 from 2**37 (nudges,
-    liveness rules); 100 from 2**38, where the search starts (pub/sub refused, one
-    server given twice); every seed kept as
+    liveness rules); 100 from 2**38 (pub/sub refused, one server given twice); 100
+    from 2**39, where the search starts (runs focused on one part); every seed kept as
     a test, with the faults it keeps) and writes their digests under
     .nox/sim-digests/, keyed by a hash of the library's and the simulation's sources;
     each compares its digests with those any other Python wrote for the same sources.
@@ -220,6 +220,7 @@ def determinism(session: nox.Session) -> None:
         session.run(*sim, "--first", str(2**36), "--count", "100", silent=True),
         session.run(*sim, "--first", str(2**37), "--count", "100", silent=True),
         session.run(*sim, "--first", str(2**38), "--count", "100", silent=True),
+        session.run(*sim, "--first", str(2**39), "--count", "100", silent=True),
         session.run(*sim, "--kept", silent=True),
     ]
     if not all(isinstance(out, str) for out in runs):
