@@ -29,6 +29,7 @@ class Queue:
         "channels",
         "entries",
         "entry",
+        "gave_way",
         "listeners",
         "local_streak",
         "promised",
@@ -54,6 +55,10 @@ class Queue:
         # A release told other processes that a waiter of ours takes the lock, and
         # none has taken it since.
         self.promised = False
+        # A release of ours ended our streak (it named another process), and no head of
+        # ours has tried since: a head that takes over from one that left meanwhile
+        # waits first, or it would beat the process named (see Waiting._leave).
+        self.gave_way = False
         # The offers of the waiters that may be passed the lock, by turn (see Taker).
         self.takers: dict[asyncio.Future[float | None], Taker] = {}
         # Our place in the name's turn queue on the nodes (a plain lock's; see _turns).

@@ -173,6 +173,7 @@ class Waiting:
             return True
         if valid:  # (an expired hold's release may release nothing: the streak goes on)
             queue.local_streak = 0
+        queue.gave_way = True
         return False
 
     def line(self, key: bytes) -> Line:
@@ -286,6 +287,7 @@ class Waiting:
                             result = None  # the handoff failed: try as usual
                     if result is None:
                         queue.wake.clear()
+                        queue.gave_way = False
                         result = await attempt_as_head(attempt, offer)
                         if offer is not None and self._grants is not None:
                             self._grants.tried(offer.token, result)  # (its clean-up)
@@ -331,6 +333,8 @@ class Waiting:
                 if taken is not None:
                     # Wake-ups so far announced the release we just profited from.
                     queue.wake.clear()
+                elif queue.gave_way:  # (our release named another process: let it)
+                    taken = UNKNOWN_HOLDER_WAIT
                 queue.entries[0].set_result(taken)
             return
         del self._queues[key]

@@ -339,6 +339,16 @@ MUTANTS = [
         ("tests/test_turns.py",),
     ),
     Mutant(
+        "a head that takes over as its process gives way tries at once",
+        "aiolock/_waiting.py",
+        "elif queue.gave_way:",
+        "elif False:",
+        (
+            "tests/test_turns.py::"
+            "test_a_head_that_leaves_as_its_process_gives_way_does_not_beat_the_process_named",
+        ),
+    ),
+    Mutant(
         "a process named is passed over while the lock is held (it took it)",
         "aiolock/_turn_scripts.py",
         "if KEYS[4] and redis.call('exists', KEYS[4]) == 1 then",

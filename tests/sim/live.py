@@ -25,13 +25,7 @@ forgot is never taken: see Recorder.watch_orphans).
   newcomer's first try (the turns are among waiters: a release that names a process
   without granting it the lock, its offer too old, lets a first try in) and from a
   grant given back (to an offer whose waiter has left since: the race that follows
-  goes to whoever tries first). Not where pub/sub is refused (``Liveness.polling``):
-  the turns rest on messages there nobody hears. A release that ends a streak names
-  another process, which learns it only at its next poll (up to 0.1 s), and takes no
-  grants; meanwhile a waiter of the releasing process that becomes its head (the head
-  before it cancelled as the release went out) tries at once and wins, and the streak
-  starts again (seed 549755934222: 8 in a row). Polling waiters are served, not
-  given turns (docs/how-to/security.md: "they poll").
+  goes to whoever tries first).
 * **kept held**: nothing is lost without a fault. No renewed holder is told its lock
   is lost, and nothing raises ``LockLost`` or ``QuorumError``: every node answers
   within a millisecond, and a renewal comes every third of a ttl.
@@ -93,8 +87,6 @@ class Liveness:
         self.processes = processes
         #: Whether the rules apply (see the module's docstring); set before the run.
         self.on = True
-        #: Whether every node refuses pub/sub (waiters poll): no "streak" rule.
-        self.polling = False
         self.problems: list[str] = []
         self._serial = itertools.count()
         #: name -> wait id -> (since, process, owner)
@@ -151,7 +143,7 @@ class Liveness:
         who, count = self.streaks.get(name, (process, 0))
         count = (count if who == process else 0) + (1 if others else 0)
         self.streaks[name] = (process, count)
-        if count > STREAK_LIMIT and not self.polling:
+        if count > STREAK_LIMIT:
             self.problems.append(
                 f"streak: p{process} took {name!r} {count} times in a row at {now:.6f}, "
                 f"never free, while another process waited (at most {STREAK_LIMIT}, no "

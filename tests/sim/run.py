@@ -316,7 +316,6 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         world.grace = cfg.grace
     rec = Recorder(world)
     rec.live = Liveness(world, cfg.processes)
-    rec.live.polling = models.pubsub_refused
     rec.nudge_chance = cfg.nudge
 
     def observe() -> None:
