@@ -546,10 +546,28 @@ async def test_a_head_that_leaves_as_its_process_gives_way_does_not_beat_the_pro
         named = other.lock(name, ttl=30, auto_renew=False)
         named_waits = asyncio.create_task(named.acquire(timeout=20))
         await in_line(clients, name, 2)  # both processes in line
-        releasing = asyncio.create_task(holder.release())
-        await asyncio.sleep(0)  # the release has begun: it names the other process
-        head.cancel()  # and the busy process's head leaves in that instant
-        await releasing
+        # The process named hears its turn 10 ms late (a network further away), so
+        # that a waiter of the busy process trying at once wins every time; waiting
+        # 50 ms first, it loses every time (without the delay: a race).
+        loop = asyncio.get_running_loop()
+
+        def late(channel: bytes, message: bytes) -> None:
+            loop.call_later(0.01, on_message, channel, message)
+
+        on_message = _intercept(other, late)
+        waiting = busy._engine.waiting
+        released = waiting.released
+
+        def gives_way(*args: Any, **kwargs: Any) -> Any:
+            local = released(*args, **kwargs)
+            assert local is False  # the release names the other process
+            head.cancel()  # and the busy process's head leaves in that instant
+            return local
+
+        waiting.released = gives_way  # type: ignore[method-assign]
+        await holder.release()
+        with pytest.raises(asyncio.CancelledError):
+            await head
         # The process named takes the lock (on the old code the waiter behind the head
         # took it, and the named one timed out).
         assert await asyncio.wait_for(named_waits, 20)
