@@ -422,12 +422,25 @@ async def test_a_grant_to_an_offer_already_taken_and_let_go_is_given_back(
         other_waits = asyncio.create_task(other.acquire(timeout=10))
         await in_line(clients, name, 2)
         # The taker hands the lock to the next waiter of A, cancelled before it wakes:
-        # the lock is given back and B's waiter takes it (A's offer unchanged).
+        # the lock is given back and B's waiter takes it (A's offer unchanged). The
+        # give-back names nobody, so A's last waiter, first now, may race B's for it
+        # (fair: A's streak had room); its own attempts wait until B's waiter has it,
+        # or the test would fail about 1 run in 15 on a busy machine.
+        attempt = side_a._engine.quorum.acquire
+        b_took = asyncio.Event()
+
+        async def after_b(*args: Any, **kwargs: Any) -> Any:
+            if "script" not in kwargs:  # an attempt of its own (not a handoff)
+                await b_took.wait()
+            return await attempt(*args, **kwargs)
+
+        side_a._engine.quorum.acquire = after_b  # type: ignore[method-assign]
         releasing = asyncio.create_task(taker.release())
         await asyncio.sleep(0)
         cancelled_waits.cancel()
         await releasing
         assert await asyncio.wait_for(other_waits, 10)
+        b_took.set()
         released = time.monotonic()
         await other.release()  # names A, and grants its offer: the taker's old token
         assert await asyncio.wait_for(last_waits, 30)
