@@ -52,6 +52,7 @@ class Hold:
         "extensions",
         "fence",
         "key",
+        "longest",
         "max_hold",
         "name",
         "renewal",
@@ -81,6 +82,9 @@ class Hold:
         self.token = token
         #: The ttl of each renewal.
         self.ttl = ttl
+        #: The longest ttl any command of this hold carried (its acquire, renewals and
+        #: extensions): one may land late and keep the key that long from then.
+        self.longest = ttl
         self.fence = fence
         #: The greatest fencing token reserved on a quorum for this key's holders of
         #: this process (see ``_lease.lease``): tokens above ``fence`` up to it may be
@@ -127,6 +131,7 @@ class Hold:
         left the holder believing more than the nodes kept meanwhile.) See
         :meth:`end_extension`.
         """
+        self.longest = max(self.longest, ttl)
         if expires_at < self.expires_at and not self.ended:
             self.expires_at = expires_at
             renewal = self.renewal

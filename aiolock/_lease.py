@@ -22,11 +22,12 @@ same validity) with the next reserved fencing token.
   it was sent, as any validity does. A lease is made only while that leaves the
   waiter at most :func:`lease_slack` (1 % of its ttl, at least 5 ms) less than a
   fresh acquire would, never more (a waiter with a shorter ttl than the holder's: the
-  key would outlive it should its process die). An extension of the holder still in
-  flight (or given up on: it may land after the lease) is no obstacle of its own: one
-  that may shorten the key lowered the holder's validity when it was sent
-  (``Hold.begin_extension``), so the waiter inherits at most what it leaves, and the
-  rule above then usually refuses; a longer one only lengthens the key (issue 31).
+  key would outlive it should its process die). Nor to a waiter whose ttl is shorter
+  than any the holder's commands carried (``Hold.longest``: its acquire's, its
+  renewals', every ``extend()``'s): one of them still in flight, or given up on, may
+  land after the lease and keep the key that long from then. A shorter extension in
+  flight lowered the holder's validity when it was sent (``Hold.begin_extension``),
+  so the waiter inherits at most what it leaves (issue 31).
   Otherwise the handoff is a ``PASS_ON``,
   which brings a fresh ttl and a new reserve.
 - Leases count in the streak of handoffs within the process (``Waiting.released``),
@@ -96,8 +97,12 @@ def lease(quorum: Quorum, hold: Hold, taker: Taker, grants: Grants | None) -> bo
         or reserve is None
         or reserve <= fence
         or hold.expires_at < fresh - lease_slack(taker.ttl)
-        # Nor more: the key would outlive the taker's ttl should its process die.
-        or hold.expires_at > fresh
+        # Nor more: not to a waiter with a shorter ttl than any the holder's commands
+        # carried. The key would outlive the taker should its process die, even once
+        # the validity passed on is short enough: a command in flight or given up on
+        # may land after the lease and keep the key that long (seed 549759013951). (As
+        # validities count from when they were sent, that also bounds the validity.)
+        or hold.longest > taker.ttl
     ):
         return False
     token = hold.token

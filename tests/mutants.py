@@ -339,6 +339,13 @@ MUTANTS = [
         ("tests/test_turns.py",),
     ),
     Mutant(
+        "a lease ignores the longer ttl of a command its holder sent",
+        "aiolock/_hold.py",
+        "        self.longest = max(self.longest, ttl)\n",
+        "",
+        ("tests/test_late.py::test_a_lease_never_leaves_the_key_longer_than_its_takers_ttl",),
+    ),
+    Mutant(
         "a head that takes over as its process gives way tries at once",
         "aiolock/_waiting.py",
         "elif queue.gave_way:",
@@ -506,9 +513,12 @@ MUTANTS = [
     Mutant(
         "a lock is leased to a waiter with a shorter ttl",
         "aiolock/_lease.py",
-        "        or hold.expires_at > fresh\n",
+        "        or hold.longest > taker.ttl\n",
         "        or False\n",
-        ("tests/test_lease.py",),
+        (
+            "tests/test_lease.py",
+            "tests/test_late.py::test_a_lease_never_leaves_the_key_longer_than_its_takers_ttl",
+        ),
     ),
     Mutant(
         "a shorter extension in flight does not lower the validity when sent",

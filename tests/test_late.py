@@ -20,6 +20,7 @@ import pytest
 import redis.asyncio as redis
 
 import aiolock
+import aiolock._lease
 from aiolock import LockManager, QuorumError
 from aiolock.testing import Servers, nemesis, script
 
@@ -180,6 +181,55 @@ async def test_a_late_extend_never_cuts_the_key_of_a_lease_taker(
         for taker in takers:
             with contextlib.suppress(aiolock.LockError):
                 await taker.release()
+
+
+async def test_a_lease_never_leaves_the_key_longer_than_its_takers_ttl(
+    servers: Servers, clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command of the holder's that lands after a lease must not keep the key longer
+    than the taker asked for: should the taker's process die, the key would outlive it.
+
+    Found by the simulation's outlives rule (seed 549759013951, a delay fault): a
+    renewal of a 0.58-s holder, slow on one node, landed there after the lock was
+    leased to a task that had asked for 0.49 s, and kept the key 0.58 s from then. The
+    lease checked the validity it passed on, not what the holder's commands in flight
+    may still set. Here a holder of 2 s, as its taker, has an extend() to 3 s on its
+    way, held back on 3 of 5 nodes, when it releases.
+    """
+    # Whatever the timing, the holder's validity is one a lease may pass on (the slack
+    # below a fresh acquire's; the bound above, the taker's ttl, is the library's).
+    monkeypatch.setattr(aiolock._lease, "lease_slack", lambda ttl: 1.5)
+    async with (
+        nemesis(servers) as net,
+        LockManager(net.urls, node_timeout=1.0) as locks,
+    ):
+        first = locks.lock(name, ttl=3.0, auto_renew=False)
+        assert await first.acquire(timeout=0)
+        holder = locks.lock(name, ttl=2.0, auto_renew=False)
+        holder_waits = asyncio.create_task(holder.acquire(timeout=5))
+        taker = locks.lock(name, ttl=2.0, auto_renew=False)
+        taker_waits = asyncio.create_task(taker.acquire(timeout=10))
+        await asyncio.sleep(0.05)
+        # A PASS_ON with a waiter behind reserves a token: the next handoff may be a lease.
+        await first.release()
+        assert await holder_waits
+        while holder.remaining() > 1.9:  # (well inside what a lease may pass on)
+            await asyncio.sleep(0.005)
+        held = [node.hold(script("EXTEND"), 0.3, count=1) for node in net[:3]]
+        extending = asyncio.create_task(holder.extend(3.0))
+        await asyncio.sleep(0.02)  # on its way, not landed
+        await holder.release()
+        assert await taker_waits
+        with contextlib.suppress(aiolock.LockError):
+            await extending
+        await asyncio.sleep(0.5)  # the held-back EXTENDs have landed
+        assert [rule.matched for rule in held] == [1, 1, 1]
+        kept = [await client.pttl(key(name)) for client in clients]
+        # At most the taker's 2 s from now on every node (on the old code, about 2.5 s
+        # on nodes 0 to 2: the EXTEND set the key for 3 s when it landed, after the
+        # lease; the same on the others, where it landed before the lease).
+        assert max(kept) <= 2000, kept
+        await taker.release()
 
 
 async def test_a_late_grant_of_a_token_still_held_and_forgotten_is_left_alone(
