@@ -267,6 +267,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "detached-token-still-held",
         "passed-over-while-held",
         "head-taking-over-tries-at-once",
+        "turns-ignored",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

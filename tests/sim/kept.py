@@ -262,6 +262,15 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "streak",
     ),
+    # Focused on turns (from 2**39), no fault: with turns ignored every waiting process
+    # tries on every release, and one took the name 8 times in a row (the first of the
+    # fairness mutants no schedule had reached before the runs were focused).
+    (
+        "every waiting process tries on every release (turns ignored)",
+        549762914167,
+        [],
+        "streak",
+    ),
 ]
 
 
