@@ -127,7 +127,6 @@ class Entry:
         "_key",
         "_keys",
         "_life",
-        "_pass_keys",
         "_refresh",
         "_turns",
         "_wake",
@@ -147,7 +146,6 @@ class Entry:
         self._head = head
         self._key = key
         self._keys = (b"3", *turn_keys(key))
-        self._pass_keys = (b"4", *turn_keys(key), key)
         #: Where we are in line: our clock when we joined, in microseconds (a float
         #: holds it exactly; two processes are unlikely to share one).
         self.place = b"%d" % int(turns.wall_clock() * 1_000_000)
@@ -197,7 +195,7 @@ class Entry:
         where the lock is held it most likely did, and stays (``TURN_LEAVE``).
         """
         self._fallback = None
-        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._pass_keys, member))
+        self._turns.broadcast(TURN_LEAVE_SCRIPT, (b"4", *self._keys[1:], self._key, member))
         self._wake()
 
     def taken(self) -> None:

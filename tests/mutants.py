@@ -333,9 +333,8 @@ MUTANTS = [
     Mutant(
         "a turn passed over is never taken (no fallback)",
         "aiolock/_turns.py",
-        "        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._pass_keys, member))\n"
-        "        self._wake()",
-        "        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._pass_keys, member))",
+        "self._key, member))\n        self._wake()",
+        "self._key, member))",
         ("tests/test_turns.py",),
     ),
     Mutant(
