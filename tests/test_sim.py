@@ -268,6 +268,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "passed-over-while-held",
         "head-taking-over-tries-at-once",
         "turns-ignored",
+        "semaphore-index-bare",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

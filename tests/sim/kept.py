@@ -271,6 +271,17 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "streak",
     ),
+    # The kept seed of the script not loaded, under the bare rule (read after every
+    # command since): a failed semaphore try wrote the index anew, after a restart
+    # emptied its node, with no ttl; the next successful try set one again, which hid
+    # it from the stray-key rule at the end (seed 41 had shown it once, in 2**34's
+    # first runs).
+    (
+        "a failed semaphore try writes the index without a ttl",
+        38608921387,
+        [1, 2, 3, 4],
+        "bare key",
+    ),
 ]
 
 

@@ -23,7 +23,14 @@ from unittest import mock
 import aiolock._handoff
 from aiolock import LockManager
 
-from .check import check_exclusion, check_kept, check_keys, check_outlives, check_told
+from .check import (
+    check_bare,
+    check_exclusion,
+    check_kept,
+    check_keys,
+    check_outlives,
+    check_told,
+)
 from .live import Liveness, lost_without_a_fault
 from .workload import FOCI, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
@@ -402,6 +409,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         *check_outlives(rec.holdings),
         *check_told(rec.holdings, world.stalls),
         *check_keys(keys),
+        *check_bare(world.bare),
     ]
     for problem in violations:
         world.trace(f"VIOLATION {problem.splitlines()[0]}")

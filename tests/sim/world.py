@@ -472,8 +472,24 @@ class SimNode:
         reply = self._session_command(link, command)
         if reply is not _NO_REPLY:
             link.reply(encode(reply))
+        self._note_bare(command)
         if self.world.observer is not None:
             self.world.observer()
+
+    def _note_bare(self, c: list[bytes]) -> None:
+        """Note each key the command ``c`` names that it left alive without a ttl (the
+        bare rule, check.check_bare, judges them): a script's keys, a command's first."""
+        name = c[0].upper()
+        if name in (b"EVAL", b"EVALSHA"):
+            named = c[3 : 3 + int(c[2])]
+        elif name in _WRITES:
+            named = c[1:2]
+        else:
+            return
+        data, expires = self.store.data, self.store.expires
+        for key in named:
+            if key in data and key not in expires and key not in self.world.bare:
+                self.world.bare[key] = (self.world.now, self.index)
 
     def _session_command(self, link: Link, c: list[bytes]) -> Any:
         name = c[0].upper()
@@ -560,6 +576,8 @@ _SUBSCRIPTIONS: dict[bytes, tuple[bool, bytes, bool]] = {
     b"UNSUBSCRIBE": (False, b"unsubscribe", False),
     b"SUNSUBSCRIBE": (True, b"sunsubscribe", False),
 }
+#: Commands that write their first key (the bare rule reads it after them).
+_WRITES = frozenset((b"SET", b"SADD", b"ZADD", b"PERSIST", b"INCR", b"HSET", b"RPUSH"))
 
 
 # -- faults ------------------------------------------------------------------------------
@@ -645,6 +663,8 @@ class World:
         #: Called after every command a node runs (the liveness rules read the nodes
         #: then): it must read, never touch, the stores.
         self.observer: Callable[[], None] | None = None
+        #: Each key a command left alive without a ttl, the first time: when, where.
+        self.bare: dict[bytes, tuple[float, int]] = {}
         #: Every node refuses SUBSCRIBE and SSUBSCRIBE (from MODELS_FROM on, some runs).
         self.pubsub_refused = False
 
