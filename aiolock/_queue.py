@@ -17,6 +17,11 @@ __all__ = ["Queue", "Streaks", "listening"]
 
 _L = TypeVar("_L")
 
+#: How often a queue's head tries again when pub/sub is refused on one of its nodes.
+POLL_INTERVAL: Final = 0.1
+#: How long after a release of ours named another process a head that polls waits
+#: before it tries: a poll of the process named (with its jitter) and a margin.
+GAVE_WAY_POLL: Final = POLL_INTERVAL * 1.1 + 0.05
 #: The most names whose streak is kept (see Streaks), the oldest forgotten first.
 STREAKS_KEPT: Final = 1024
 
@@ -55,14 +60,30 @@ class Queue:
         # A release told other processes that a waiter of ours takes the lock, and
         # none has taken it since.
         self.promised = False
-        # A release of ours ended our streak (it named another process), and no head of
-        # ours has tried since: a head that takes over from one that left meanwhile
-        # waits first, or it would beat the process named (see Waiting._leave).
-        self.gave_way = False
+        # When a release of ours ended our streak (it named another process), if no
+        # head of ours has tried since: a head that takes over from one that left
+        # meanwhile waits first, or it would beat the process named (see
+        # Waiting._leave); so does a head that polls (see holding_back).
+        self.gave_way: float | None = None
         # The offers of the waiters that may be passed the lock, by turn (see Taker).
         self.takers: dict[asyncio.Future[float | None], Taker] = {}
         # Our place in the name's turn queue on the nodes (a plain lock's; see _turns).
         self.entry: Entry | None = None
+
+    def polling(self) -> bool:
+        """A node we listen on refused pub/sub: our heads poll (see Waiting.acquire)."""
+        return any(listener.refused is not None for listener in self.listeners)
+
+    def holding_back(self, now: float) -> float:
+        """How much longer a head that polls waits before it tries (0: it may try).
+
+        After a release of ours named another process: that process polls too,
+        hearing no release, and must have had one poll first (else our head, its poll
+        due just then, would beat it at every streak's end).
+        """
+        if self.gave_way is None or not self.polling():
+            return 0.0
+        return self.gave_way + GAVE_WAY_POLL - now
 
 
 class Streaks:

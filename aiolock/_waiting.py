@@ -46,7 +46,7 @@ from ._grants import Grants
 from ._handoff import Line, Taker, attempt_as_head, others_in_line
 from ._keys import grant_channel, release_channel, turn_keys
 from ._pubsub import ClusterSubscriber, Listener, Subscriber
-from ._queue import Queue, Streaks, listening
+from ._queue import POLL_INTERVAL, Queue, Streaks, listening
 from ._scripts import NOT_FREE
 from ._turns import Turns
 from ._votes import Attempt, Votes
@@ -82,8 +82,6 @@ def _nothing() -> None:  # nobody to wake
 UNKNOWN_HOLDER_WAIT: Final = 0.05
 #: Added to the holder's ttl so that its key has expired everywhere when we retry.
 EXPIRY_SLACK: Final = 0.002
-#: How often a queue's head tries again when pub/sub is refused on one of its nodes.
-POLL_INTERVAL: Final = 0.1
 #: Most handoffs in a row to a waiter of the same process before waiters of other
 #: processes get an equal chance (see Waiting.released).
 LOCAL_STREAK: Final = 4
@@ -173,7 +171,7 @@ class Waiting:
             return True
         if valid:  # (an expired hold's release may release nothing: the streak goes on)
             queue.local_streak = 0
-        queue.gave_way = True
+        queue.gave_way = self._clock()
         return False
 
     def line(self, key: bytes) -> Line:
@@ -286,8 +284,12 @@ class Waiting:
                         if result.expires_at is None:
                             result = None  # the handoff failed: try as usual
                     if result is None:
+                        back = queue.holding_back(self._clock())
+                        if back > 0 and not queue.wake.is_set():  # (its turn, polled)
+                            with anyio.move_on_after(min(back, deadline - self._clock())):
+                                await queue.wake.wait()
                         queue.wake.clear()
-                        queue.gave_way = False
+                        queue.gave_way = None
                         result = await attempt_as_head(attempt, offer)
                         if offer is not None and self._grants is not None:
                             self._grants.tried(offer.token, result)  # (its clean-up)
@@ -309,7 +311,7 @@ class Waiting:
                 if left <= 0:
                     return None
                 sleep = UNKNOWN_HOLDER_WAIT if hint is None else hint + EXPIRY_SLACK
-                if any(listener.refused is not None for listener in queue.listeners):
+                if queue.polling():
                     sleep = min(sleep, POLL_INTERVAL)  # a release may go unheard
                 with anyio.move_on_after(min(left, sleep * random.uniform(1.0, 1.1))):
                     await queue.wake.wait()
@@ -333,7 +335,7 @@ class Waiting:
                 if taken is not None:
                     # Wake-ups so far announced the release we just profited from.
                     queue.wake.clear()
-                elif queue.gave_way:  # (our release named another process: let it)
+                elif queue.gave_way is not None:  # (our release named another: let it)
                     taken = UNKNOWN_HOLDER_WAIT
                 queue.entries[0].set_result(taken)
             return
@@ -359,7 +361,7 @@ class Waiting:
     def _join(self, key: bytes, queue: Queue) -> None:
         """Join ``key``'s turn queue; take grants (_grants.py) unless pub/sub is refused."""
         assert self._turns is not None  # noqa: S101
-        grants = not any(listener.refused is not None for listener in queue.listeners)
+        grants = not queue.polling()
         for subscriber in self._subscribers if grants else ():
             subscriber.subscribe(grant_channel(key, self._turns.member))
 

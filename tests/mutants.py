@@ -347,11 +347,21 @@ MUTANTS = [
     Mutant(
         "a head that takes over as its process gives way tries at once",
         "aiolock/_waiting.py",
-        "elif queue.gave_way:",
+        "elif queue.gave_way is not None:",
         "elif False:",
         (
             "tests/test_turns.py::"
             "test_a_head_that_leaves_as_its_process_gives_way_does_not_beat_the_process_named",
+        ),
+    ),
+    Mutant(
+        "a polling head tries at its poll just after its process gave way",
+        "aiolock/_waiting.py",
+        "back = queue.holding_back(self._clock())",
+        "back = 0.0",
+        (
+            "tests/test_turns.py::"
+            "test_where_pubsub_is_refused_a_process_that_gave_way_lets_the_one_named_try_first",
         ),
     ),
     Mutant(

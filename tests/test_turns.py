@@ -31,12 +31,14 @@ import pytest
 import redis.asyncio as redis
 
 import aiolock
+import aiolock._queue
 import aiolock._turns
 import aiolock._waiting
 from aiolock import LockManager
 from aiolock._waiting import LOCAL_STREAK
 
 from .conftest import count_attempts, in_line, key, scripts_run, two_in_line
+from .test_failures import MINIMAL_ACL
 
 WORKER = Path(__file__).parent / "turns_worker.py"
 
@@ -626,3 +628,63 @@ async def test_a_named_process_that_holds_past_the_fallback_stays_in_line(
         await again.release()
         assert await asyncio.wait_for(line.second_waits, 20)
         await line.second_lock.release()
+
+
+async def test_where_pubsub_is_refused_a_process_that_gave_way_lets_the_one_named_try_first(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the simulation's streak rule (seed 1099511628058, every node refusing
+    # pub/sub: an ACL without +subscribe). There every head polls, and hears no release:
+    # at the end of its process's streak, a release named the other process, and the
+    # process's own head, its poll due just then, tried and won; the process named,
+    # whose poll came later, never had its turn (8 holdings in a row).
+    monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", 0)  # each release gives way
+    no_pubsub = MINIMAL_ACL.replace(" +subscribe +unsubscribe", "")
+    for client in clients:
+        await client.execute_command("ACL", "SETUSER", "aiolock", *no_pubsub.split())
+    limited = [url.replace("redis://", "redis://aiolock:lockpass@") for url in urls]
+    poll = aiolock._queue.POLL_INTERVAL
+    try:
+        async with LockManager(limited) as busy, LockManager(limited) as other:
+            holder = busy.lock(name, ttl=30, auto_renew=False)
+            assert await holder.acquire(timeout=0)
+            named = other.lock(name, ttl=30, auto_renew=False)
+            named_waits = asyncio.create_task(named.acquire(timeout=20))
+            await in_line(clients, name, 1)
+            tries = _attempt_times(busy)
+            head = busy.lock(name, ttl=30, auto_renew=False)
+            head_waits = asyncio.create_task(head.acquire(timeout=20))
+            while not tries:  # its first tries fail: then it polls, every POLL_INTERVAL
+                await asyncio.sleep(0.001)
+            await asyncio.sleep(0.3 * poll)
+            # Released just before the head's next poll: at once, it would win nearly
+            # every time (the process named polls on a phase of its own).
+            await asyncio.sleep(max(0.0, tries[-1] + 0.95 * poll - time.monotonic()))
+            released_at = time.monotonic()
+            await holder.release()
+            assert await asyncio.wait_for(named_waits, 20)
+            assert not head_waits.done()
+            # The head let a whole poll of the process named go by before it tried (on
+            # the old code it tried at its poll, 5 to 15 ms after the release).
+            early = [t - released_at for t in tries if 0 < t - released_at < 1.1 * poll]
+            assert not early, early
+            await named.release()
+            assert await asyncio.wait_for(head_waits, 20)
+            await head.release()
+    finally:
+        for client in clients:
+            await client.execute_command("ACL", "DELUSER", "aiolock")
+
+
+def _attempt_times(manager: aiolock.LockManager) -> list[float]:
+    """The times (``time.monotonic()``) of the acquire attempts ``manager`` sends."""
+    quorum = manager._engine.quorum
+    attempt = quorum.acquire
+    times: list[float] = []
+
+    async def timed(*args: Any, **kwargs: Any) -> Any:
+        times.append(time.monotonic())
+        return await attempt(*args, **kwargs)
+
+    quorum.acquire = timed  # type: ignore[method-assign]
+    return times
