@@ -35,6 +35,10 @@ Safety (a violation fails the run):
   inside ``extend()`` a node_timeout later: the extension is shielded), unless a
   client stall overlapped the time it was due to be told (the loop was blocked); a renewed body
   never finds ``remaining() == 0`` without having been told.
+* **revived**: a lock whose body read ``remaining() == 0`` never reads more again,
+  for that hold: the holder may have acted on it (API.md: a lost lock stays lost),
+  even when a renewal's confirmation is read after its deadline (a loop stall held
+  it). Read after every command a node runs (``Recorder.watch``).
 * **no stray key**: once every manager has closed and the longest ttl has passed, no
   node keeps a lock or slot key, and no key of ours lives without a ttl but the fencing
   counters.
@@ -168,6 +172,16 @@ def check_kept(holdings: list[Holding]) -> list[str]:
 def _stalled(stalls: list[tuple[float, float]], start: float, end: float) -> bool:
     """Whether the loop was blocked at some moment from ``start`` to ``end``."""
     return any(s_start <= end and s_end >= start for s_start, s_end in stalls)
+
+
+def check_revived(holdings: list[Holding]) -> list[str]:
+    """The revived rule: a lock's validity, once its holder read it run out, never comes
+    back (``Holding.revived``)."""
+    return [
+        f"revived: {h.owner} {h.domain} token {h.token}: it read remaining() == 0, then {h.revived}"
+        for h in holdings
+        if h.revived is not None
+    ]
 
 
 def check_told(holdings: list[Holding], stalls: list[tuple[float, float]]) -> list[str]:

@@ -282,6 +282,34 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [1, 2, 3, 4],
         "bare key",
     ),
+    # Focused on repair (from 2**40): n1 restarted at 0.17 s, n0 at 4.38 s; without
+    # repair a lock and a slot, held since the start, were on one node of three after
+    # the second restart, and lost.
+    (
+        "no repair of nodes that lost a held lock",
+        1099511627802,
+        [0, 1],
+        "lost under restarts far apart",
+    ),
+    # Focused on stalls (from 2**40): a renewal's replies, slowed by 500-ms delays,
+    # arrived during a 0.15-s stall that outlasted the lock's validity, and were read
+    # before the deadline's timer: the lock came back to life after the stall's end
+    # had read it run out.
+    (
+        "a renewal confirmed past its deadline brings the lock back",
+        1099511631286,
+        [0, 1, 2, 3, 4, 9],
+        "revived",
+    ),
+    # From 2**40, focused on leases, no fault, every node refusing pub/sub: at its
+    # streak's end a release named the other process, and the releasing process's own
+    # head, its poll due just then, tried and won (8 holdings in a row). Found on main.
+    (
+        "a polling head tries at its poll just after its process gave way",
+        1099511628058,
+        [],
+        "streak",
+    ),
 ]
 
 

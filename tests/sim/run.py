@@ -29,11 +29,13 @@ from .check import (
     check_kept,
     check_keys,
     check_outlives,
+    check_revived,
     check_told,
 )
-from .live import Liveness, lost_without_a_fault
-from .workload import FOCI, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
+from .live import Liveness, lost_under_spaced_restarts, lost_without_a_fault
+from .workload import FOCI_LATER, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
+    EPOCH,
     LIVE_FROM,
     MODELS_FROM,
     ORDERED_FROM,
@@ -58,7 +60,7 @@ KINDS = ("delay", "delay", "slow", "sever", "pause", "restart", "pubsub", "stall
 #: them (swarm testing: a schedule with many faults of few kinds reaches further into
 #: each than one that spreads them over all kinds, and the subsets vary from seed to
 #: seed). Seeds below draw from every kind, as the seeds found before it did: they
-#: replay unchanged. The search starts up here.
+#: replay unchanged.
 SWARM_FROM = 2**32
 #: Seeds from here on also draw "late" faults (a burst of a client's commands held back
 #: past its node timeout), and half their schedules keep the library's bounded memories
@@ -177,13 +179,38 @@ def make_skews(seed: int, cfg: Config) -> dict[int, float]:
     return {p: rng.uniform(-spread, spread) for p in range(cfg.processes)} if spread else {}
 
 
+#: How far apart the restarts of a run focused on repair are, at least, on top of the
+#: first one's downtime, the restart_grace and two ttls: a renewal every third of a
+#: ttl repairs the node restarted before the next restart, once it reconnected (the
+#: library's reconnect backoff is at most 0.5 s).
+SPACING = 1.0
+
+
+def spaced_restarts(rng: random.Random, cfg: Config) -> list[Fault]:
+    """The faults of a run focused on repair: nodes restarted empty one at a time, each
+    long enough after the last that a holder renewing on repairs it first (at most
+    one node without the holder's key at any time: no renewed lock may be lost)."""
+    assert cfg.ttl is not None  # (workload.focus sets both)
+    assert cfg.grace is not None
+    faults = []
+    at = rng.uniform(0.1, 2.0)
+    while at < cfg.seconds:
+        down = rng.uniform(0.01, 0.5)
+        new_id = rng.random() < 0.8
+        faults.append(Fault(at, "restart", rng.randrange(cfg.nodes), seconds=down, flag=new_id))
+        at += down + cfg.grace + 2 * cfg.ttl + SPACING + rng.uniform(0.0, 2.0)
+    return faults
+
+
 def make_faults(seed: int, cfg: Config) -> list[Fault]:
     """The faults of a schedule, in time order."""
     rng = random.Random(f"faults-{seed}")
+    if cfg.focus == "repair":  # (from REPAIR_FROM on)
+        return spaced_restarts(rng, cfg)
     count = rng.choice((0, 0, 2, 4, 8, 12, 16) if seed >= LIVE_FROM else (0, 2, 4, 8, 12, 16))
     kinds: tuple[str, ...] = KINDS
     if cfg.focus is not None:  # (from FOCUS_FROM on: the kinds its part needs)
-        kinds = FOCI[cfg.focus]
+        kinds = FOCI_LATER[cfg.focus]
         count = rng.choice((0, 4, 8, 12)) if kinds else 0
         if count:
             kinds = tuple(rng.sample(kinds, rng.randint(1, min(3, len(kinds)))))
@@ -404,10 +431,16 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         *rec.live.problems,
         *rec.resting,
         *(lost_without_a_fault(rec.holdings, rec.counts) if rec.live.on and not faults else []),
+        *(
+            lost_under_spaced_restarts(rec.holdings, [EPOCH + f.at for f in faults])
+            if cfg.focus == "repair"
+            else []
+        ),
         *check_exclusion(rec.holdings),
         *check_kept(rec.holdings),
         *check_outlives(rec.holdings),
         *check_told(rec.holdings, world.stalls),
+        *check_revived(rec.holdings),
         *check_keys(keys),
         *check_bare(world.bare),
     ]

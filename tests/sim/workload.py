@@ -42,6 +42,7 @@ from .world import (
     LIVE_FROM,
     MODELS_FROM,
     ORDERED_FROM,
+    REPAIR_FROM,
     SKEW_FROM,
     SimLoop,
     World,
@@ -87,6 +88,11 @@ class Holding:
     #: check.check_outlives.
     longest: float = 0.0
     outlives: str | None = None
+    #: The hold (the handle's ``_hold``) whose ``remaining()`` a step of this holding
+    #: read as 0, and the first moment it read more again, described: see
+    #: check.check_revived.
+    ran_dry: Any = field(default=None, repr=False)
+    revived: str | None = None
 
     def __post_init__(self) -> None:
         self.longest = max(self.longest, self.ttl)
@@ -172,7 +178,7 @@ def make_config(seed: int) -> Config:
     if seed >= LIVE_FROM:
         cfg.nudge = random.Random(f"nudge-{seed}").choice((0.0, 0.2, 0.5))
     if seed >= FOCUS_FROM:
-        focus(cfg, random.Random(f"focus-{seed}"))
+        focus(cfg, random.Random(f"focus-{seed}"), later=seed >= REPAIR_FROM)
     return cfg
 
 
@@ -197,13 +203,27 @@ FOCI: dict[str, tuple[str, ...]] = {
     "sem": ("restart", "restart", "failover", "delay", "late", "sever"),
     "lease": ("late", "delay", "sever", "restart", "failover"),
 }
+#: From REPAIR_FROM on, two more (seeds below replay unchanged):
+#:
+#: * ``repair``: renewed locks and slots with very long work, under restarts only, one
+#:   node at a time and far apart (run.spaced_restarts): a holder renewing on must
+#:   repair each node before the next restart, and then keeps its lock. Lost there, it
+#:   was lost needlessly (live.py's "kept held" rule judges these runs).
+#: * ``stall``: renewed locks with long work under loop stalls (the client blocked,
+#:   replies read late, perhaps after a deadline passed) and slow or late replies.
+FOCI_LATER: dict[str, tuple[str, ...]] = {
+    **FOCI,
+    "repair": ("restart",),
+    "stall": ("stall", "stall", "slow", "late", "delay"),
+}
 
 
-def focus(cfg: Config, rng: random.Random) -> None:
-    """In half the runs, focus ``cfg`` on one of FOCI (drawn from ``rng``)."""
+def focus(cfg: Config, rng: random.Random, *, later: bool = False) -> None:
+    """In half the runs, focus ``cfg`` on one of FOCI (FOCI_LATER if ``later``), drawn
+    from ``rng``."""
     if rng.random() < 0.5:
         return
-    cfg.focus = rng.choice(sorted(FOCI))
+    cfg.focus = rng.choice(sorted(FOCI_LATER if later else FOCI))
     cfg.names = ("a",)
     if cfg.focus == "turns":
         cfg.processes = rng.choice((2, 3))
@@ -218,6 +238,18 @@ def focus(cfg: Config, rng: random.Random) -> None:
         cfg.ops = ("lock", "lock", "extend", "reentrant")
         cfg.ttl = rng.uniform(0.3, 1.0)
         cfg.long, cfg.short = True, 0.0
+    elif cfg.focus == "repair":
+        cfg.nodes = rng.choice((3, 5))
+        cfg.processes, cfg.tasks = rng.choice((2, 3)), rng.choice((1, 2))
+        cfg.ops = ("lock", "lock", "sem")
+        cfg.ttl = rng.uniform(0.3, 0.8)
+        cfg.long, cfg.short = True, 0.0
+        cfg.seconds = rng.uniform(8.0, 14.0)
+    elif cfg.focus == "stall":
+        cfg.processes, cfg.tasks = rng.choice((2, 3)), rng.choice((1, 2))
+        cfg.ops = ("lock", "lock", "extend", "sem")
+        cfg.ttl = rng.uniform(0.3, 1.0)
+        cfg.long, cfg.short = True, 0.0
     elif cfg.focus == "sem":
         cfg.processes, cfg.tasks = 3, rng.choice((2, 2, 1))
         cfg.ops = ("sem",)
@@ -228,7 +260,7 @@ def focus(cfg: Config, rng: random.Random) -> None:
         cfg.ops = ("lock", "lock", "manual", "handover", "extend")
         cfg.ttl = rng.uniform(0.3, 2.0)
         cfg.short = 0.7
-    if cfg.grace is not None or cfg.focus in ("renewal", "sem"):
+    if cfg.grace is not None or cfg.focus in ("renewal", "sem", "repair", "stall"):
         # (Renewal and semaphores: always, so that quarantines end while the run goes
         # on.) As make_config sets it, for the ttl set here: a restart_grace shorter than
         # the longest ttl a holder asks for is the user's misconfiguration (API.md: by
@@ -425,8 +457,13 @@ class Recorder:
                         )
                         break
             remaining = lock.remaining()
+            if remaining <= 0.0 and hold is not None:
+                h.ran_dry = (lock, hold)  # (as a step reading it now would: see _body)
             if remaining > 0.0 and hold is not None:
                 self._kept(h, name, hold.token, remaining, now=now, when=" (between steps)")
+                dry = h.ran_dry
+                if dry is not None and dry[0] is lock and dry[1] is hold and h.revived is None:
+                    h.revived = f"at {now:.6f} it read {remaining:.6f} s left"
 
 
 class Worker:
@@ -490,8 +527,9 @@ class Worker:
                 self.rec.count("cancelled")
             except LockLost:
                 self.rec.count("lost")
-            except QuorumError:
+            except QuorumError as exc:
                 self.rec.count("quorum")
+                self.rec.event(self.owner, f"quorum error: {exc}")
                 await asyncio.sleep(self.rng.uniform(0.01, 0.1))
             except LockNotOwned:
                 self.rec.count("not_owned")
@@ -534,6 +572,8 @@ class Worker:
                 if remaining <= 0.0:
                     on_its_way = False
                     for h in holds:
+                        lock = lock_of(handle, h.domain[1]) if h.domain[0] == "lock" else None
+                        h.ran_dry = (lock, lock._hold) if lock is not None else None
                         if not h.renewed:
                             continue
                         if handle.lost is not None and h.told_at is None:
@@ -659,6 +699,8 @@ class Worker:
                     ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=renew
                 )
                 scale = 8.0 if renew and self.cfg.long else 2.0
+                if renew and self.cfg.focus == "repair":
+                    scale = 16.0  # (to outlast restarts far apart: run.spaced_restarts)
                 await self._body(lock, [h], self._work(scale, lock.ttl), extend=extend)
 
     async def op_extend(self, end: float) -> None:
@@ -798,6 +840,7 @@ class Worker:
             )
             # (Focused on semaphores: long work, which renewal and repair must keep.)
             scale = 6.0 if self.cfg.focus == "sem" and self.cfg.long else 1.5
+            scale = 16.0 if self.cfg.focus == "repair" else scale
             await self._body(sem, [h], self._work(scale, sem.ttl))
 
     async def op_rw(self, end: float) -> None:

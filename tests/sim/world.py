@@ -79,7 +79,7 @@ LIVE_FROM = 2**37
 #: Seeds from here on model more of the deployments the library meets (``run.make_models``,
 #: from a stream of their own): in some runs every node refuses pub/sub (an ACL without
 #: ``+subscribe``), in others the managers are given one server twice (another database
-#: number, or a second address) and must refuse to start. The search starts here.
+#: number, or a second address) and must refuse to start.
 MODELS_FROM = 2**38
 #: Seeds from here on *focus* half their runs on one part of the library
 #: (``workload.FOCI``: the turn queue, renewal and repair, semaphores, leases): its
@@ -89,6 +89,13 @@ MODELS_FROM = 2**38
 #: repaired on a restarted node, then tried by a rival; a streak of handoffs at its
 #: limit as a hold expires): 25 of the named mutants survived the spread-out search.
 FOCUS_FROM = 2**39
+#: Seeds from here on draw two more foci (``workload.FOCI_LATER``): ``repair``, nodes
+#: restarted empty one at a time, far enough apart that a holder renewing on repairs
+#: each before the next (a renewed lock lost there was lost needlessly: live.py's
+#: "kept held" rule judges those runs too), and ``stall``, renewed work under loop
+#: stalls and slow replies (confirmations read late, deadlines passed meanwhile).
+#: The search starts here.
+REPAIR_FROM = 2**40
 
 
 class Deadlock(Exception):
@@ -873,6 +880,10 @@ class World:
         elif kind == "stall":
             self.stalls.append((self.now, self.now + fault.seconds))
             self.now += fault.seconds  # the loop is blocked: time passes, nothing runs
+            if self.observer is not None:
+                # What a body would read first, were one due now (before any reply
+                # that came during the stall is read): see Recorder.watch.
+                self.observer()
         else:  # pragma: no cover - a fault kind without its code
             raise ValueError(kind)
 
