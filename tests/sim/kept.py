@@ -301,6 +301,15 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [0, 1, 2, 3, 4, 9],
         "revived",
     ),
+    # Focused on lag (from 2**41): a 3.3-s spell of 54 ms more each way on every link;
+    # a renewal that waited only node_timeout (50 ms) for a 0.11-s round trip failed
+    # until the deadline, and a lock and a slot of 1.9 s were lost.
+    (
+        "renewal batch waits only node_timeout (latency-bound renewal)",
+        2199023255572,
+        [1],
+        "lost under lag",
+    ),
     # From 2**40, focused on leases, no fault, every node refusing pub/sub: at its
     # streak's end a release named the other process, and the releasing process's own
     # head, its poll due just then, tried and won (8 holdings in a row). Found on main.

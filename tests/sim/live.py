@@ -34,7 +34,11 @@ forgot is never taken: see Recorder.watch_orphans).
   node before the next restart, so a quorum keeps the key throughout
   (docs/explanation/failure-modes.md: "a minority restarted empty while a lock is
   held" costs "nothing: after one renewal the lock is on every node again"), unless
-  the holding was young (see lost_under_spaced_restarts).
+  the holding was young (see lost_needlessly); and (from world.LAG_FROM) in runs
+  focused on lag, whose only faults are a steady latency on every link, a round trip
+  longer than node_timeout but well within the renewal's budget (run.lagging): a
+  renewal waits for its replies up to a sixth of the ttl (aiolock/_renewal.py:
+  "Renewal is not latency-bound").
 * **at rest**: once a process's tasks have all finished (every lock released), its
   manager keeps no renewal, no local wait queue and no token noted as held
   (``Grants._held``, which gives late grants back): what is left there is a leak,
@@ -82,7 +86,7 @@ STREAK_LIMIT = 7
 #: try (a round trip is under a millisecond without faults): see Liveness.held.
 FIRST_TRY = 0.001
 #: A holding restarted on this many ttls after it began may be lost (see
-#: lost_under_spaced_restarts): its renewals, a third of a ttl apart, have not yet
+#: lost_needlessly): its renewals, a third of a ttl apart, have not yet
 #: put its key on every node.
 YOUNG = 2.0
 #: A lock's key on the nodes (the default prefix).
@@ -233,26 +237,30 @@ def lost_without_a_fault(holdings: list[Holding], counts: dict[str, int]) -> lis
     return problems
 
 
-def lost_under_spaced_restarts(holdings: list[Holding], restarts: list[float]) -> list[str]:
-    """The "kept held" rule, over a run whose only faults are restarts far apart (at
-    ``restarts``, world time: run.spaced_restarts). A renewed holding is told lost
-    only if the restart before the tell came less than :data:`YOUNG` ttls after the
-    holding began: its acquire may have won on a bare quorum (a split vote: the others
-    held by a rival's key, cleaned up just after), and the key is on every node only
-    once a renewal repaired the rest, a third of a ttl in (seed 1099511639461: a lock
-    taken on 3 nodes of 5, one of them restarted 0.15 s later, before its first
-    renewal). Its release may then raise ``QuorumError`` too: the counts are not read.
+def lost_needlessly(holdings: list[Holding], focus: str, faults: list[float]) -> list[str]:
+    """The "kept held" rule, over a run focused on ``focus``, its faults at ``faults``
+    (world time): ``repair``, whose only faults are restarts far apart
+    (run.spaced_restarts), or ``lag``, whose only faults are a steady latency within
+    the renewal's budget (run.lagging). Under lag, no renewed holding is told lost.
+    Under restarts, only if the restart before the tell came less than :data:`YOUNG`
+    ttls after the holding began: its acquire may have won on a bare quorum (a split
+    vote: the others held by a rival's key, cleaned up just after), and the key is on
+    every node only once a renewal repaired the rest, a third of a ttl in (seed
+    1099511639461: a lock taken on 3 nodes of 5, one of them restarted 0.15 s later,
+    before its first renewal). Its release may then raise ``QuorumError`` too; under
+    lag every release times out: the counts are not read.
     """
+    why = "lost under restarts far apart" if focus == "repair" else "lost under lag"
     problems = []
     for h in holdings:
         if not h.renewed or h.told_at is None or not h.steps:
             continue
-        before = [at for at in restarts if at <= h.told_at]
+        before = [at for at in faults if at <= h.told_at] if focus == "repair" else []
         if before and before[-1] - h.steps[0][0] < YOUNG * h.ttl:
             continue
         problems.append(
-            f"lost under restarts far apart: {h.owner} {h.domain} token {h.token} told at "
-            f"{h.told_at:.6f}, began at {h.steps[0][0]:.6f}"
+            f"{why}: {h.owner} {h.domain} token {h.token} told at {h.told_at:.6f}, began "
+            f"at {h.steps[0][0]:.6f}"
             + (f", the last restart at {before[-1]:.6f}" if before else "")
         )
     return problems

@@ -32,8 +32,8 @@ from .check import (
     check_revived,
     check_told,
 )
-from .live import Liveness, lost_under_spaced_restarts, lost_without_a_fault
-from .workload import FOCI_LATER, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
+from .live import Liveness, lost_needlessly, lost_without_a_fault
+from .workload import FOCI_LAG, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
     EPOCH,
     LIVE_FROM,
@@ -202,15 +202,32 @@ def spaced_restarts(rng: random.Random, cfg: Config) -> list[Fault]:
     return faults
 
 
+def lagging(rng: random.Random, cfg: Config) -> list[Fault]:
+    """The faults of a run focused on lag: one or two spells, one after the other, of
+    a steady extra latency on every link, each way: a round trip above node_timeout
+    (acquires and releases time out), well within the renewal's budget (a sixth of the
+    ttl, 0.2 s at least)."""
+    faults = []
+    at = rng.uniform(0.2, 2.0)
+    for _ in range(rng.choice((1, 2))):
+        seconds = rng.uniform(1.0, 4.0)
+        each_way = rng.uniform(0.6, 1.0) * NODE_TIMEOUT * 1.2
+        faults.append(Fault(at, "lag", -1, seconds=seconds, scale=each_way))
+        at += seconds + rng.uniform(0.2, 2.0)
+    return faults
+
+
 def make_faults(seed: int, cfg: Config) -> list[Fault]:
     """The faults of a schedule, in time order."""
     rng = random.Random(f"faults-{seed}")
     if cfg.focus == "repair":  # (from REPAIR_FROM on)
         return spaced_restarts(rng, cfg)
+    if cfg.focus == "lag":  # (from LAG_FROM on)
+        return lagging(rng, cfg)
     count = rng.choice((0, 0, 2, 4, 8, 12, 16) if seed >= LIVE_FROM else (0, 2, 4, 8, 12, 16))
     kinds: tuple[str, ...] = KINDS
     if cfg.focus is not None:  # (from FOCUS_FROM on: the kinds its part needs)
-        kinds = FOCI_LATER[cfg.focus]
+        kinds = FOCI_LAG[cfg.focus]
         count = rng.choice((0, 4, 8, 12)) if kinds else 0
         if count:
             kinds = tuple(rng.sample(kinds, rng.randint(1, min(3, len(kinds)))))
@@ -432,8 +449,8 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         *rec.resting,
         *(lost_without_a_fault(rec.holdings, rec.counts) if rec.live.on and not faults else []),
         *(
-            lost_under_spaced_restarts(rec.holdings, [EPOCH + f.at for f in faults])
-            if cfg.focus == "repair"
+            lost_needlessly(rec.holdings, cfg.focus, [EPOCH + f.at for f in faults])
+            if cfg.focus in ("repair", "lag")
             else []
         ),
         *check_exclusion(rec.holdings),

@@ -94,8 +94,13 @@ FOCUS_FROM = 2**39
 #: each before the next (a renewed lock lost there was lost needlessly: live.py's
 #: "kept held" rule judges those runs too), and ``stall``, renewed work under loop
 #: stalls and slow replies (confirmations read late, deadlines passed meanwhile).
-#: The search starts here.
 REPAIR_FROM = 2**40
+#: Seeds from here on draw one more focus (``workload.FOCI_LAG``): ``lag``, renewed
+#: locks under a steady extra latency on every link, each way (the "lag" fault: a
+#: round trip longer than node_timeout, well within the renewal's budget of a sixth of
+#: the ttl): a renewal waits for its replies that long, so no renewed lock is lost
+#: there (live.py's "kept held" rule judges those runs too). The search starts here.
+LAG_FROM = 2**41
 
 
 class Deadlock(Exception):
@@ -595,7 +600,7 @@ class Fault:
     """One fault of a schedule: at ``at`` (virtual seconds after the start), ``kind``."""
 
     at: float
-    kind: str  # delay, slow, late, sever, pause, restart, failover, pubsub, stall, jump
+    kind: str  # delay, slow, late, sever, pause, restart, failover, pubsub, stall, jump, lag
     node: int = 0
     process: int = -1  # -1: every process
     seconds: float = 0.0  # how long it lasts
@@ -618,6 +623,7 @@ class Fault:
             "pubsub": f"n{self.node} p{self.process} {self.seconds:.3f}s loss {self.scale:.2f}",
             "stall": f"{self.seconds:.3f}s",
             "jump": f"p{self.process} wall clock {self.scale:+.6f}s",
+            "lag": f"every link {self.seconds:.3f}s +{self.scale * 1000:.1f}ms each way",
         }[self.kind]
         return f"{self.at:8.4f} {self.kind} {extra}"
 
@@ -652,6 +658,7 @@ class World:
         self.busy = False
         self.links: list[Link] = []
         self._delays: list[tuple[Fault, set[Link] | None]] = []
+        self._lags: list[Fault] = []
         self._pubsub: list[Fault] = []
         self._late: list[Fault] = []
         #: The fate of the burst being sent now (see :meth:`_held_back`): (process,
@@ -721,6 +728,8 @@ class World:
                 else (fault.node == link.node.index and fault.process in (-1, link.process))
             ):
                 latency += self.rng.expovariate(1.0 / fault.scale)
+        for fault in self._lags:  # (steady: within 10 % of its scale)
+            latency += fault.scale * self.rng.uniform(0.9, 1.1)
         return latency
 
     def _held_back(self, link: Link) -> float:
@@ -855,6 +864,9 @@ class World:
             entry = (fault, only)
             self._delays.append(entry)
             self.loop.call_at(self.now + fault.seconds, self._delays.remove, entry)
+        elif kind == "lag":
+            self._lags.append(fault)
+            self.loop.call_at(self.now + fault.seconds, self._lags.remove, fault)
         elif kind == "late":
             self._late.append(fault)
             self.loop.call_at(self.now + fault.seconds, self._late.remove, fault)
