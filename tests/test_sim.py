@@ -272,6 +272,8 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "no-repair",
         "renewal-confirmed-past-deadline",
         "renewal-waits-only-node-timeout",
+        "lone-streak-for-ever",
+        "releasing-process-granted-own-offer",
         "polling-head-after-giving-way",
     ],
 )

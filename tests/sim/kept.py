@@ -291,14 +291,14 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [0, 1],
         "lost under restarts far apart",
     ),
-    # Focused on stalls (from 2**40): a renewal's replies, slowed by 500-ms delays,
-    # arrived during a 0.15-s stall that outlasted the lock's validity, and were read
-    # before the deadline's timer: the lock came back to life after the stall's end
-    # had read it run out.
+    # Focused on stalls (from 2**40): a renewal's replies, slowed by 100 ms on the
+    # holder's command connection, arrived during a 0.67-s stall that outlasted the
+    # lock's validity, and were read before the deadline's timer: the lock came back
+    # to life after the stall's end had read it run out.
     (
         "a renewal confirmed past its deadline brings the lock back",
-        1099511631286,
-        [0, 1, 2, 3, 4, 9],
+        1099511636657,
+        [2, 3, 5],
         "revived",
     ),
     # Focused on lag (from 2**41): a 3.3-s spell of 54 ms more each way on every link;
@@ -310,6 +310,19 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [1],
         "lost under lag",
     ),
+    # Focused on turns (from 2**41), one process waiting out of line (as an older
+    # aiolock's, or on Redis Cluster): the process in line, its handoffs finding
+    # nobody else in line, must end its streak after 32 (LONE_STREAK) and release the
+    # lock for all; with the mutant it handed on a 35th time (no fault).
+    (
+        "a process alone in line passes the lock on for ever",
+        2199023256540,
+        [],
+        "streak",
+    ),
+    # The same focus: at its lone streak's end the release named the releasing process
+    # itself, the only one in line, and granted the lock to its own head's offer.
+    ("the releasing process granted its own offer", 2199023255873, [], "streak"),
     # From 2**40, focused on leases, no fault, every node refusing pub/sub: at its
     # streak's end a release named the other process, and the releasing process's own
     # head, its poll due just then, tried and won (8 holdings in a row). Found on main.

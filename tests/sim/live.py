@@ -82,6 +82,12 @@ JOINED_AFTER = 0.01
 #: knows that another process is in line (each handoff tells it; before, its streak
 #: could run to 32, the limit when nobody else is in line).
 STREAK_LIMIT = 7
+#: The same where a process waits out of line (workload.Config.out_of_line): a process
+#: whose handoffs find nobody else in line hands the lock to its own waiters up to 32
+#: times in a row (LONE_STREAK), then releases it for all (docs/explanation/waiting.md:
+#: "the release that ends it is for processes that wait without taking turns"); the
+#: name is then free, and counting starts again.
+OUT_OF_LINE_STREAK_LIMIT = 34
 #: An acquire that returns sooner than this after it began took the lock at its first
 #: try (a round trip is under a millisecond without faults): see Liveness.held.
 FIRST_TRY = 0.001
@@ -102,6 +108,9 @@ class Liveness:
         #: Whether the rules apply (see the module's docstring); set before the run.
         self.on = True
         self.problems: list[str] = []
+        #: The streak rule's limit (see run.run), and the longest streak seen.
+        self.streak_limit = STREAK_LIMIT
+        self.longest_streak = 0
         self._serial = itertools.count()
         #: name -> wait id -> (since, process, owner)
         self.waits: dict[str, dict[int, tuple[float, int, str]]] = {}
@@ -157,11 +166,12 @@ class Liveness:
         who, count = self.streaks.get(name, (process, 0))
         count = (count if who == process else 0) + (1 if others else 0)
         self.streaks[name] = (process, count)
-        if count > STREAK_LIMIT:
+        self.longest_streak = max(self.longest_streak, count)
+        if count > self.streak_limit:
             self.problems.append(
                 f"streak: p{process} took {name!r} {count} times in a row at {now:.6f}, "
-                f"never free, while another process waited (at most {STREAK_LIMIT}, no "
-                "fault)"
+                f"never free, while another process waited (at most {self.streak_limit}, "
+                "no fault)"
             )
 
     def given_back(self, name: str) -> None:

@@ -32,7 +32,7 @@ from .check import (
     check_revived,
     check_told,
 )
-from .live import Liveness, lost_needlessly, lost_without_a_fault
+from .live import OUT_OF_LINE_STREAK_LIMIT, Liveness, lost_needlessly, lost_without_a_fault
 from .workload import FOCI_LAG, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
     EPOCH,
@@ -367,6 +367,8 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         world.grace = cfg.grace
     rec = Recorder(world)
     rec.live = Liveness(world, cfg.processes)
+    if cfg.out_of_line:
+        rec.live.streak_limit = OUT_OF_LINE_STREAK_LIMIT
     rec.nudge_chance = cfg.nudge
 
     def observe() -> None:
