@@ -29,7 +29,7 @@ pytest.importorskip("lupa")
 
 from tests.sim.kept import CAUGHT, REGRESSIONS
 from tests.sim.server import Error, Status, Store
-from tests.sim.world import LAG_FROM
+from tests.sim.world import DEATH_FROM
 
 ROOT = Path(__file__).resolve().parent.parent
 #: How many schedules every run of the suite searches (``nox -s sim`` searches on).
@@ -274,6 +274,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "renewal-waits-only-node-timeout",
         "lone-streak-for-ever",
         "releasing-process-granted-own-offer",
+        "grant-nobody-hears",
         "polling-head-after-giving-way",
     ],
 )
@@ -317,7 +318,7 @@ def test_named_mutants_are_caught_by_the_seeds_the_search_found(
 
 @pytest.mark.timeout(900)  # about 40 s each on 2 idle cores
 @pytest.mark.parametrize(
-    "first", [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), LAG_FROM], ids=["first", "search"]
+    "first", [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), DEATH_FROM], ids=["first", "search"]
 )
 def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
     """At least 2,000 schedules (``AIOLOCK_SIM_SCHEDULES``), half from the first seeds
@@ -325,8 +326,8 @@ def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
     of kinds, "late" bursts, small memories, leases, wall clocks apart, quarantines that
     end, more schedules without faults for the liveness rules, deployments modelled:
     pub/sub refused, one server given twice; half the runs focused on one part of the
-    library, repair under restarts far apart, renewal under stalls and under lag among
-    them): the search must find nothing."""
+    library, repair under restarts far apart, renewal under stalls and under lag, and a
+    process's death among them): the search must find nothing."""
     count = BUDGET // 2
     out = subprocess.run(
         [sys.executable, "-m", "tests.sim", "search", "--first", str(first), "--count", str(count)],

@@ -323,6 +323,10 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # The same focus: at its lone streak's end the release named the releasing process
     # itself, the only one in line, and granted the lock to its own head's offer.
     ("the releasing process granted its own offer", 2199023255873, [], "streak"),
+    # Focused on a death (from 2**42): p1 died at 1.64 s with a waiter in line; a
+    # release named it and granted its offer, which nobody heard; kept, the grant held
+    # the lock for nobody for over a second (its ttl: 2.9 s).
+    ("a grant nobody hears kept", 4398046511670, [0], "orphan"),
     # From 2**40, focused on leases, no fault, every node refusing pub/sub: at its
     # streak's end a release named the other process, and the releasing process's own
     # head, its poll due just then, tried and won (8 holdings in a row). Found on main.

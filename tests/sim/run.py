@@ -33,7 +33,7 @@ from .check import (
     check_told,
 )
 from .live import OUT_OF_LINE_STREAK_LIMIT, Liveness, lost_needlessly, lost_without_a_fault
-from .workload import FOCI_LAG, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
+from .workload import FOCI_DEATH, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
     EPOCH,
     LIVE_FROM,
@@ -224,10 +224,13 @@ def make_faults(seed: int, cfg: Config) -> list[Fault]:
         return spaced_restarts(rng, cfg)
     if cfg.focus == "lag":  # (from LAG_FROM on)
         return lagging(rng, cfg)
+    if cfg.focus == "death":  # (from DEATH_FROM on): one process dies
+        at = rng.uniform(0.5, cfg.seconds - 1.0)
+        return [Fault(at, "die", process=rng.randrange(cfg.processes))]
     count = rng.choice((0, 0, 2, 4, 8, 12, 16) if seed >= LIVE_FROM else (0, 2, 4, 8, 12, 16))
     kinds: tuple[str, ...] = KINDS
     if cfg.focus is not None:  # (from FOCUS_FROM on: the kinds its part needs)
-        kinds = FOCI_LAG[cfg.focus]
+        kinds = FOCI_DEATH[cfg.focus]
         count = rng.choice((0, 4, 8, 12)) if kinds else 0
         if count:
             kinds = tuple(rng.sample(kinds, rng.randint(1, min(3, len(kinds)))))

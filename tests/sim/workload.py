@@ -39,6 +39,7 @@ from aiolock import (
 
 from .live import FIRST_TRY, Liveness, at_rest
 from .world import (
+    DEATH_FROM,
     FOCUS_FROM,
     LAG_FROM,
     LIVE_FROM,
@@ -191,7 +192,15 @@ def make_config(seed: int) -> Config:
     if seed >= LIVE_FROM:
         cfg.nudge = random.Random(f"nudge-{seed}").choice((0.0, 0.2, 0.5))
     if seed >= FOCUS_FROM:
-        foci = FOCI_LAG if seed >= LAG_FROM else FOCI_LATER if seed >= REPAIR_FROM else FOCI
+        foci = (
+            FOCI_DEATH
+            if seed >= DEATH_FROM
+            else FOCI_LAG
+            if seed >= LAG_FROM
+            else FOCI_LATER
+            if seed >= REPAIR_FROM
+            else FOCI
+        )
         focus(cfg, random.Random(f"focus-{seed}"), foci)
     if seed >= LAG_FROM and cfg.focus == "turns" and random.Random(f"line-{seed}").random() < 0.5:
         cfg.out_of_line = (cfg.processes - 1,)
@@ -239,6 +248,13 @@ FOCI_LATER: dict[str, tuple[str, ...]] = {
 #:   renewal's budget at most. A renewal waits that long: lost there, a lock was lost
 #:   needlessly (live.py's "kept held" rule judges these runs).
 FOCI_LAG: dict[str, tuple[str, ...]] = {**FOCI_LATER, "lag": ("lag",)}
+#: From DEATH_FROM on, one more:
+#:
+#: * ``death``: the turn queue's shapes, with ttls of 2 to 3 s, and one process that
+#:   dies (run.make_faults): its entry and offer stay in line until they expire; a
+#:   grant to it must be undone (nobody hears it), or the lock waits out the offer's
+#:   ttl held by nobody (the orphan rule judges these runs).
+FOCI_DEATH: dict[str, tuple[str, ...]] = {**FOCI_LAG, "death": ("die",)}
 
 
 def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FOCI) -> None:
@@ -268,6 +284,13 @@ def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FO
         cfg.ttl = rng.uniform(0.3, 0.8)
         cfg.long, cfg.short = True, 0.0
         cfg.seconds = rng.uniform(8.0, 14.0)
+    elif cfg.focus == "death":
+        cfg.processes = rng.choice((2, 3))
+        cfg.tasks = rng.choice((3, 4, 5))
+        cfg.ops = ("lock", "lock", "manual")
+        cfg.ttl = rng.uniform(2.0, 3.0)
+        cfg.short = 0.9
+        cfg.seconds = rng.uniform(5.0, 8.0)
     elif cfg.focus == "lag":
         cfg.processes, cfg.tasks = rng.choice((2, 3)), rng.choice((1, 2))
         cfg.ops = ("lock", "lock", "sem")
@@ -402,10 +425,12 @@ class Recorder:
         key is a lock the library left held by nobody (a handoff to a waiter that left,
         a grant nobody took): every waiter waits for its ttl. Read when a task starts an
         operation (waiters that time out start the next one), without touching the
-        stores.
+        stores. Also where a process died ("die" faults, its only faults), counting the
+        values set since by the living alone (World.holders): a grant to the dead
+        process's offer, which nobody hears, must be undone at once.
         """
         world = self.world
-        if world.faults or self.orphaned or not self.watch_orphans:
+        if any(f.kind != "die" for f in world.faults) or self.orphaned or not self.watch_orphans:
             return
         now = world.now
         owned = set(self.tickets)
@@ -425,7 +450,8 @@ class Recorder:
                 if now - since > ORPHAN_LIMIT:
                     self.orphaned.append(
                         f"orphan: lock {name!r} held on {nodes} nodes by {token!r}, which no "
-                        f"handle holds, from {since:.6f} to {now:.6f} at least (no fault)"
+                        f"handle holds, from {since:.6f} to {now:.6f} at least "
+                        + ("(no fault)" if not world.dead else "(set after a process died)")
                     )
         self.orphans = {k: v for k, v in self.orphans.items() if k in seen}
 
@@ -478,6 +504,8 @@ class Recorder:
         world = self.world
         now = world.now
         for lock, name, h in self.watched.values():
+            if int(h.owner[1:].split("t", maxsplit=1)[0]) in world.dead:
+                continue  # (it died: nothing it believes is judged any more)
             hold = lock._hold
             longest = self.longest[name] = max(self.longest.get(name, 0.0), h.longest)
             if hold is not None and h.outlives is None:
@@ -545,7 +573,7 @@ class Worker:
 
     async def run(self, end: float) -> None:
         self.task = asyncio.current_task()
-        while self.now() < end:
+        while self.now() < end and self.process not in self.rec.world.dead:
             op = self.rng.choice(self.cfg.ops)
             cancel_after = self.rng.uniform(0.005, 2.0) if self.rng.random() < 0.2 else None
             self.rec.event(
@@ -609,6 +637,8 @@ class Worker:
         try:
             while True:
                 now = self.now()
+                if self.process in self.rec.world.dead:
+                    return  # (it died: nothing it does is judged any more)
                 remaining = handle.remaining()
                 if remaining <= 0.0:
                     on_its_way = False
@@ -939,7 +969,8 @@ async def run_processes(world: World, cfg: Config, rec: Recorder, seed: int) -> 
             async with asyncio.TaskGroup() as group:
                 for w in workers:
                     group.create_task(w.run(end))
-            rec.resting.extend(at_rest(p, locks._engine))
+            if p not in world.dead:
+                rec.resting.extend(at_rest(p, locks._engine))
 
     async with asyncio.TaskGroup() as group:
         for p in range(cfg.processes):

@@ -99,8 +99,15 @@ REPAIR_FROM = 2**40
 #: locks under a steady extra latency on every link, each way (the "lag" fault: a
 #: round trip longer than node_timeout, well within the renewal's budget of a sixth of
 #: the ttl): a renewal waits for its replies that long, so no renewed lock is lost
-#: there (live.py's "kept held" rule judges those runs too). The search starts here.
+#: there (live.py's "kept held" rule judges those runs too).
 LAG_FROM = 2**41
+#: Seeds from here on draw one more focus (``workload.FOCI_DEATH``): ``death``, the turn
+#: queue's shapes with long ttls, and one process that dies (the "die" fault: its
+#: connections closed, what it had sent applied, and nothing more from it): its
+#: entry and its offer stay in line until they expire, and a release that grants it
+#: the lock must see that nobody hears the grant. The orphan rule judges those runs
+#: (workload.Recorder.look_for_orphans). The search starts here.
+DEATH_FROM = 2**42
 
 
 class Deadlock(Exception):
@@ -361,6 +368,8 @@ class Link:
 
     # client -> node
     def from_client(self, data: bytes) -> None:
+        if self.dead and self.process in self.world.dead:
+            return  # (its process died: nothing more leaves it)
         self.up.send(data, self.world.latency(self, "up"))
 
     def _at_server(self, data: bytes) -> None:
@@ -481,27 +490,31 @@ class SimNode:
 
     def _execute(self, link: Link, command: list[bytes]) -> None:
         self.executed += 1
+        named = self._named(command)
+        data = self.store.data
+        before = [data.get(key) for key in named]
         reply = self._session_command(link, command)
         if reply is not _NO_REPLY:
             link.reply(encode(reply))
-        self._note_bare(command)
+        expires = self.store.expires
+        for key, old in zip(named, before, strict=True):
+            value = data.get(key)
+            if value is not old and isinstance(value, bytes):
+                self.world.writers[(self.index, key)] = (link.process, self.world.now)
+            if key in data and key not in expires and key not in self.world.bare:
+                self.world.bare[key] = (self.world.now, self.index)
         if self.world.observer is not None:
             self.world.observer()
 
-    def _note_bare(self, c: list[bytes]) -> None:
-        """Note each key the command ``c`` names that it left alive without a ttl (the
-        bare rule, check.check_bare, judges them): a script's keys, a command's first."""
+    @staticmethod
+    def _named(c: list[bytes]) -> list[bytes]:
+        """The keys the command ``c`` may write: a script's keys, a command's first. Read
+        after it ran: each one left alive without a ttl (the bare rule,
+        check.check_bare, judges them), and who set each one's value (World.writers)."""
         name = c[0].upper()
         if name in (b"EVAL", b"EVALSHA"):
-            named = c[3 : 3 + int(c[2])]
-        elif name in _WRITES:
-            named = c[1:2]
-        else:
-            return
-        data, expires = self.store.data, self.store.expires
-        for key in named:
-            if key in data and key not in expires and key not in self.world.bare:
-                self.world.bare[key] = (self.world.now, self.index)
+            return c[3 : 3 + int(c[2])]
+        return c[1:2] if name in _WRITES else []
 
     def _session_command(self, link: Link, c: list[bytes]) -> Any:
         name = c[0].upper()
@@ -600,7 +613,8 @@ class Fault:
     """One fault of a schedule: at ``at`` (virtual seconds after the start), ``kind``."""
 
     at: float
-    kind: str  # delay, slow, late, sever, pause, restart, failover, pubsub, stall, jump, lag
+    kind: str  # delay, slow, late, sever, pause, restart, failover, pubsub, stall, jump,
+    # lag, die
     node: int = 0
     process: int = -1  # -1: every process
     seconds: float = 0.0  # how long it lasts
@@ -624,6 +638,7 @@ class Fault:
             "stall": f"{self.seconds:.3f}s",
             "jump": f"p{self.process} wall clock {self.scale:+.6f}s",
             "lag": f"every link {self.seconds:.3f}s +{self.scale * 1000:.1f}ms each way",
+            "die": f"p{self.process}",
         }[self.kind]
         return f"{self.at:8.4f} {self.kind} {extra}"
 
@@ -659,6 +674,11 @@ class World:
         self.links: list[Link] = []
         self._delays: list[tuple[Fault, set[Link] | None]] = []
         self._lags: list[Fault] = []
+        #: The processes that died ("die" faults), and when.
+        self.dead: dict[int, float] = {}
+        #: (node, key) -> the process whose command last set the key's value there, and
+        #: when.
+        self.writers: dict[tuple[int, bytes], tuple[int, float]] = {}
         self._pubsub: list[Fault] = []
         self._late: list[Fault] = []
         #: The fate of the burst being sent now (see :meth:`_held_back`): (process,
@@ -706,7 +726,7 @@ class World:
         node = self._by_address.get((host, port))
         process = current_process.get()
         await asyncio.sleep(2 * self.rng.uniform(*BASE_LATENCY))
-        if node is None or self.now < node.down_until:
+        if node is None or self.now < node.down_until or process in self.dead:
             raise ConnectionRefusedError(f"{host}:{port}: connection refused (simulated)")
         self._links += 1
         link = Link(self, node, process, self._links)
@@ -817,10 +837,14 @@ class World:
         return values
 
     def holders(self, key: bytes) -> dict[bytes, int]:
-        """On how many nodes each value of ``key`` lives."""
+        """On how many nodes each value of ``key`` lives; once a process died, only the
+        values set since, by the living (what the dead held, was granted or was taking
+        as it died waits out its ttl)."""
+        died = max(self.dead.values(), default=-math.inf)
         counts: dict[bytes, int] = {}
-        for value in self._live(key):
-            if value is not None:
+        for index, value in enumerate(self._live(key)):
+            writer, at = self.writers.get((index, key), (-1, math.inf))
+            if value is not None and writer not in self.dead and at > died:
                 counts[value] = counts.get(value, 0) + 1
         return counts
 
@@ -864,6 +888,13 @@ class World:
             entry = (fault, only)
             self._delays.append(entry)
             self.loop.call_at(self.now + fault.seconds, self._delays.remove, entry)
+        elif kind == "die":
+            # Its connections close: what it had sent runs (the kernel sends what was
+            # written before the process died), and nothing more comes from it.
+            self.dead[fault.process] = self.now
+            for link in list(self.links):
+                if link.process == fault.process:
+                    link.sever(apply=True, tell=False)
         elif kind == "lag":
             self._lags.append(fault)
             self.loop.call_at(self.now + fault.seconds, self._lags.remove, fault)
