@@ -275,6 +275,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "lone-streak-for-ever",
         "releasing-process-granted-own-offer",
         "grant-nobody-hears",
+        "turn-passed-over-never-taken",
         "polling-head-after-giving-way",
     ],
 )

@@ -327,6 +327,10 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # release named it and granted its offer, which nobody heard; kept, the grant held
     # the lock for nobody for over a second (its ttl: 2.9 s).
     ("a grant nobody hears kept", 4398046511670, [0], "orphan"),
+    # The same focus, the liveness rules on (a death excuses nothing there): p0 died
+    # in line; a release named it, with its offer too old to be granted; without the
+    # fallback p1's waiter never tried, the lock free on every node for 0.83 s.
+    ("a turn passed over is never taken (no fallback)", 4398046519080, [0], "idle"),
     # From 2**40, focused on leases, no fault, every node refusing pub/sub: at its
     # streak's end a release named the other process, and the releasing process's own
     # head, its poll due just then, tried and won (8 holdings in a row). Found on main.

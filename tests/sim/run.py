@@ -421,6 +421,11 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         rec.live.given_back(key.decode().partition("{")[2].rpartition("}")[0])
         give_back(quorum, key, token, **kwargs)
 
+    def unheard(channel: bytes) -> None:  # (undone: a race follows, as after a give-back)
+        rec.live.given_back(channel.decode().partition("{")[2].partition("}")[0])
+
+    world.on_unheard = unheard
+
     with (
         virtual_process(world, seed),
         memories(sizes),

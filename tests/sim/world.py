@@ -547,6 +547,8 @@ class SimNode:
             if (channel, sharded) in link.channels:
                 link.push(encode([kind, channel, message]))
                 count += 1
+        if not count and b"}:turn:" in channel and self.world.on_unheard is not None:
+            self.world.on_unheard(channel)  # (a grant nobody hears: undone, see run.py)
         return count
 
     def session_started(self, link: Link) -> None:
@@ -697,6 +699,9 @@ class World:
         #: Called after every command a node runs (the liveness rules read the nodes
         #: then): it must read, never touch, the stores.
         self.observer: Callable[[], None] | None = None
+        #: Called with the channel of a grant that nobody heard (its process gone):
+        #: the release undoes it and lets every waiter try (aiolock/_turn_scripts.py).
+        self.on_unheard: Callable[[bytes], None] | None = None
         #: Each key a command left alive without a ttl, the first time: when, where.
         self.bare: dict[bytes, tuple[float, int]] = {}
         #: Every node refuses SUBSCRIBE and SSUBSCRIBE (from MODELS_FROM on, some runs).
