@@ -276,6 +276,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "releasing-process-granted-own-offer",
         "grant-nobody-hears",
         "turn-passed-over-never-taken",
+        "expired-release-restarts-streak",
         "polling-head-after-giving-way",
     ],
 )

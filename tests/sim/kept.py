@@ -37,6 +37,9 @@ REGRESSIONS: list[tuple[int, list[int] | None, str]] = [
     # holder, slow on one node, landed after a lease to a 0.49-s taker and kept the key
     # 0.58 s from then (fixed: no lease to a shorter ttl than the holder's commands').
     (549759013951, None, "a late renewal kept a leased key past the taker's ttl (fixed)"),
+    # From 2**42, focused on turns with a process out of line, no fault: a streak of 35
+    # holdings on main, where the rule's first limit there was 34 (now 48).
+    (4398046615881, None, "a lone streak of 35 with a process out of line (the rule's)"),
 ]
 
 #: What the search found on its own with a named mutant of tests/mutants.py applied (a
@@ -313,16 +316,16 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # Focused on turns (from 2**41), one process waiting out of line (as an older
     # aiolock's, or on Redis Cluster): the process in line, its handoffs finding
     # nobody else in line, must end its streak after 32 (LONE_STREAK) and release the
-    # lock for all; with the mutant it handed on a 35th time (no fault).
+    # lock for all; with the mutant it held the name 49 times in a row (no fault).
     (
         "a process alone in line passes the lock on for ever",
-        2199023256540,
+        2199023257766,
         [],
         "streak",
     ),
     # The same focus: at its lone streak's end the release named the releasing process
     # itself, the only one in line, and granted the lock to its own head's offer.
-    ("the releasing process granted its own offer", 2199023255873, [], "streak"),
+    ("the releasing process granted its own offer", 2199023258478, [], "streak"),
     # Focused on a death (from 2**42): p1 died at 1.64 s with a waiter in line; a
     # release named it and granted its offer, which nobody heard; kept, the grant held
     # the lock for nobody for over a second (its ttl: 2.9 s).
@@ -331,6 +334,15 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # in line; a release named it, with its offer too old to be granted; without the
     # fallback p1's waiter never tried, the lock free on every node for 0.83 s.
     ("a turn passed over is never taken (no fallback)", 4398046519080, [0], "idle"),
+    # From 2**42, focused on turns, no fault: a release of a hold that had expired,
+    # at p1's streak's limit, started the streak again; p1 held the name 8 times in a
+    # row while others waited.
+    (
+        "an expired hold's release at the streak's limit starts the streak again",
+        4398046611608,
+        [],
+        "streak",
+    ),
     # From 2**40, focused on leases, no fault, every node refusing pub/sub: at its
     # streak's end a release named the other process, and the releasing process's own
     # head, its poll due just then, tried and won (8 holdings in a row). Found on main.
