@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import zlib
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, TypeVar
 
 if TYPE_CHECKING:
@@ -74,16 +74,17 @@ class Queue:
         """A node we listen on refused pub/sub: our heads poll (see Waiting.acquire)."""
         return any(listener.refused is not None for listener in self.listeners)
 
-    def holding_back(self, now: float) -> float:
+    def holding_back(self, clock: Callable[[], float]) -> float:
         """How much longer a head that polls waits before it tries (0: it may try).
 
         After a release of ours named another process: that process polls too,
         hearing no release, and must have had one poll first (else our head, its poll
-        due just then, would beat it at every streak's end).
+        due just then, would beat it at every streak's end). ``clock`` is read only
+        then: not once per attempt.
         """
         if self.gave_way is None or not self.polling():
             return 0.0
-        return self.gave_way + GAVE_WAY_POLL - now
+        return self.gave_way + GAVE_WAY_POLL - clock()
 
 
 class Streaks:

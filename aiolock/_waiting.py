@@ -284,7 +284,7 @@ class Waiting:
                         if result.expires_at is None:
                             result = None  # the handoff failed: try as usual
                     if result is None:
-                        back = queue.holding_back(self._clock())
+                        back = queue.holding_back(self._clock)
                         if back > 0 and not queue.wake.is_set():  # (its turn, polled)
                             with anyio.move_on_after(min(back, deadline - self._clock())):
                                 await queue.wake.wait()

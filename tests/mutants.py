@@ -357,7 +357,7 @@ MUTANTS = [
     Mutant(
         "a polling head tries at its poll just after its process gave way",
         "aiolock/_waiting.py",
-        "back = queue.holding_back(self._clock())",
+        "back = queue.holding_back(self._clock)",
         "back = 0.0",
         (
             "tests/test_turns.py::"

@@ -279,11 +279,7 @@ def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FO
         cfg.long, cfg.short = True, 0.0
     elif cfg.focus == "repair":
         cfg.nodes = rng.choice((3, 5))
-        cfg.processes, cfg.tasks = rng.choice((2, 3)), rng.choice((1, 2))
-        cfg.ops = ("lock", "lock", "sem")
-        cfg.ttl = rng.uniform(0.3, 0.8)
-        cfg.long, cfg.short = True, 0.0
-        cfg.seconds = rng.uniform(8.0, 14.0)
+        _renewed_work(cfg, rng, (0.3, 0.8), (8.0, 14.0))
     elif cfg.focus == "death":
         cfg.processes = rng.choice((2, 3))
         cfg.tasks = rng.choice((3, 4, 5))
@@ -292,16 +288,9 @@ def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FO
         cfg.short = 0.9
         cfg.seconds = rng.uniform(5.0, 8.0)
     elif cfg.focus == "lag":
-        cfg.processes, cfg.tasks = rng.choice((2, 3)), rng.choice((1, 2))
-        cfg.ops = ("lock", "lock", "sem")
-        cfg.ttl = rng.uniform(1.2, 3.0)
-        cfg.long, cfg.short = True, 0.0
-        cfg.seconds = rng.uniform(6.0, 10.0)
+        _renewed_work(cfg, rng, (1.2, 3.0), (6.0, 10.0))
     elif cfg.focus == "stall":
-        cfg.processes, cfg.tasks = rng.choice((2, 3)), rng.choice((1, 2))
-        cfg.ops = ("lock", "lock", "sem")  # (no extend(): see Recorder.dry)
-        cfg.ttl = rng.uniform(0.3, 1.0)
-        cfg.long, cfg.short = True, 0.0
+        _renewed_work(cfg, rng, (0.3, 1.0))  # (no extend(): see Recorder.dry)
     elif cfg.focus == "sem":
         cfg.processes, cfg.tasks = 3, rng.choice((2, 2, 1))
         cfg.ops = ("sem",)
@@ -318,7 +307,25 @@ def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FO
         # the longest ttl a holder asks for is the user's misconfiguration (API.md: by
         # default it is that ttl), under which a majority restarted empty may vote for
         # a rival while the holder's validity lasts (seed 549755814851 at 034e96e).
+        assert cfg.ttl is not None  # (every focus sets one)
         cfg.grace = cfg.ttl * (2 if {"extend", "manual"} & set(cfg.ops) else 1)
+
+
+def _renewed_work(
+    cfg: Config,
+    rng: random.Random,
+    ttls: tuple[float, float],
+    seconds: tuple[float, float] | None = None,
+) -> None:
+    """The shape of the foci on renewal's faults (repair, lag, stall): 2 or 3 processes
+    of 1 or 2 tasks, renewed locks and slots with long work, a ttl in ``ttls``, and a
+    run of ``seconds`` (if given). Drawn in this order: the seeds replay as drawn."""
+    cfg.processes, cfg.tasks = rng.choice((2, 3)), rng.choice((1, 2))
+    cfg.ops = ("lock", "lock", "sem")
+    cfg.ttl = rng.uniform(*ttls)
+    cfg.long, cfg.short = True, 0.0
+    if seconds is not None:
+        cfg.seconds = rng.uniform(*seconds)
 
 
 def lock_of(handle: Any, name: str) -> Any:
