@@ -202,8 +202,9 @@ def determinism(session: nox.Session) -> None:
     timers one at a time; 100 from 2**36, wall clocks apart; 100 from 2**37 (nudges,
     liveness rules); 100 from 2**38 (pub/sub refused, one server given twice); 100
     from 2**39 (runs focused on one part); 100 from 2**40 (foci on repair and on
-    stalls); 100 from 2**41 (a focus on lag); 100 from 2**42, where the search starts
-    (a process dies); every seed kept as a test, with the faults it keeps) and writes
+    stalls); 100 from 2**41 (a focus on lag); 100 from 2**42 (a process dies); 100
+    from 2**43, where the search starts (extend() deadlines shorter than a round
+    trip); every seed kept as a test, with the faults it keeps) and writes
     their digests under .nox/sim-digests/, keyed by a hash of the library's and the
     simulation's sources; each compares its digests with those any other Python wrote
     for the same sources.
@@ -226,6 +227,7 @@ def determinism(session: nox.Session) -> None:
         session.run(*sim, "--first", str(2**40), "--count", "100", silent=True),
         session.run(*sim, "--first", str(2**41), "--count", "100", silent=True),
         session.run(*sim, "--first", str(2**42), "--count", "100", silent=True),
+        session.run(*sim, "--first", str(2**43), "--count", "100", silent=True),
         session.run(*sim, "--kept", silent=True),
     ]
     if not all(isinstance(out, str) for out in runs):

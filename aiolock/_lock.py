@@ -255,10 +255,8 @@ class Lock(BaseHandle):
             raise LockNotOwned(f"{self._what} had expired; it is not re-created")
         quorum = engine.quorum
         start = engine.clock()  # the requests go out now: no await before them
-        before = hold.expires_at
+        # (A shorter ttl is announced by the nodes: every process's waiters learn it.)
         extension = hold.begin_extension(quorum.expiry(start, new_ttl), new_ttl)
-        if hold.expires_at < before:  # our waiters slept on the longer validity
-            engine.waiting.shortened(self._queue_key)
 
         def settle(votes: Votes) -> None:
             # Runs even if we are cancelled meanwhile: the nodes applied it anyway.

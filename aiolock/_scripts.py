@@ -37,6 +37,7 @@ __all__ = [
     "REPAIR",
     "REPAIR_SCRIPT",
     "SCRIPTS",
+    "SHORTENED",
     "Script",
     "fence_lines",
 ]
@@ -133,6 +134,10 @@ return 1
 #: processes, who then do not try: it goes to a waiter of the releasing process (see
 #: _waiting.py), or it was the clean-up of a lost race, whose winner holds the lock.
 NOT_FREE = b"l"
+#: The message of an ``EXTEND`` that shortened the lock: the waiters of every process
+#: try again, and so learn when it now expires (the lock is held: nobody's turn is
+#: used, nobody is named).
+SHORTENED = b"s"
 
 # KEYS[1] lock key
 # ARGV[1] token
@@ -194,9 +199,14 @@ return 0
 # ARGV[1] token
 # ARGV[2] new time to live in milliseconds
 # returns 1 when the key held the token and its expiry was reset, else 0.
-# A missing key is a failure: an expired lock is never re-created.
+# A missing key is a failure: an expired lock is never re-created. A shorter time to
+# live is announced (SHORTENED): the waiters of other processes sleep on the longer
+# PTTL their attempts learnt, and the lock may expire unreleased.
 EXTEND = b"""\
 if redis.call('get', KEYS[1]) == ARGV[1] then
+    if redis.call('pttl', KEYS[1]) > tonumber(ARGV[2]) then
+        redis.call('publish', KEYS[1] .. ':released', 's')
+    end
     return redis.call('pexpire', KEYS[1], ARGV[2])
 end
 return 0

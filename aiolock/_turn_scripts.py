@@ -155,7 +155,7 @@ return released
 # ARGV[1] the process's member, ARGV[2] its place (the same on every node: its clock
 #         in microseconds when it joined), ARGV[3] how long the entry lives unless
 #         refreshed, in ms, ARGV[4..7] (optional) its offer: seq, ttl ms, retention ms,
-#         token
+#         token (without: its offer is taken out, as where pub/sub turned out refused)
 # returns 1. A member already in line keeps its place; the keys expire with the last
 # entry, so that a name nobody waits for leaves nothing behind.
 TURN_JOIN = (
@@ -165,9 +165,11 @@ redis.call('zadd', KEYS[1], 'NX', ARGV[2], ARGV[1])
 redis.call('zadd', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('pexpire', KEYS[1], ARGV[3])
 redis.call('pexpire', KEYS[2], ARGV[3])
-if ARGV[7] then
 """
     + _remove_offer(3, 2, 1)
+    + b"""\
+if ARGV[7] then
+"""
     + _add_offer(3, 2, 1, 4, 3)
     + b"""\
 end

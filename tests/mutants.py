@@ -250,8 +250,9 @@ MUTANTS = [
     Mutant(
         "extend re-creates an expired key",
         "aiolock/_scripts.py",
-        "if redis.call('get', KEYS[1]) == ARGV[1] then\n    return redis.call('pexpire', "
-        "KEYS[1], ARGV[2])\nend\nreturn 0",
+        "if redis.call('get', KEYS[1]) == ARGV[1] then\n    if redis.call('pttl', KEYS[1]) > "
+        "tonumber(ARGV[2]) then\n        redis.call('publish', KEYS[1] .. ':released', 's')\n"
+        "    end\n    return redis.call('pexpire', KEYS[1], ARGV[2])\nend\nreturn 0",
         "redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])\nreturn 1",
         ("tests/test_lock.py",),
     ),
@@ -326,8 +327,8 @@ MUTANTS = [
     Mutant(
         "every waiting process tries on every release (turns ignored)",
         "aiolock/_waiting.py",
-        "if queue.entry is None or queue.entry.heard(message):",
-        "if queue.entry is None or queue.entry.heard(message) or True:",
+        "if message == SHORTENED or queue.entry is None or queue.entry.heard(message):",
+        "if message == SHORTENED or queue.entry is None or queue.entry.heard(message) or True:",
         ("tests/test_turns.py",),
     ),
     Mutant(
@@ -697,6 +698,36 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "a shortening extend() announces nothing",
+        "aiolock/_scripts.py",
+        "    if redis.call('pttl', KEYS[1]) > tonumber(ARGV[2]) then",
+        "    if false then",
+        (
+            "tests/test_turns.py::"
+            "test_a_lock_shortened_and_left_to_expire_wakes_the_other_processes_waiters",
+        ),
+    ),
+    Mutant(
+        "a head offers to take grants though pub/sub is refused",
+        "aiolock/_waiting.py",
+        "                if queue.entries and not queue.polling()\n",
+        "                if queue.entries\n",
+        (
+            "tests/test_turns.py::"
+            "test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering",
+        ),
+    ),
+    Mutant(
+        "a turn queue refresh without an offer keeps the old one",
+        "aiolock/_turn_scripts.py",
+        '    + _remove_offer(3, 2, 1)\n    + b"""\\\nif ARGV[7] then\n',
+        '    + b"""\\\nif ARGV[7] then\n"""\n    + _remove_offer(3, 2, 1)\n    + b"""\\\n',
+        (
+            "tests/test_turns.py::"
+            "test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering",
+        ),
+    ),
+    Mutant(
         "a grant of a token taken and let go, made again since, is kept",
         "aiolock/_grants.py",
         "            if node not in taken_on or fence > fenced:\n"
@@ -734,13 +765,6 @@ MUTANTS = [
         "        hold.ended = True\n        engine = self._engine\n",
         "        engine = self._engine\n",
         ("tests/test_late.py::test_a_handle_stops_reading_owned_once_its_release_is_on_its_way",),
-    ),
-    Mutant(
-        "a local waiter sleeps on the longer validity after its process shortened the lock",
-        "aiolock/_lock.py",
-        "            engine.waiting.shortened(self._queue_key)\n",
-        "            pass\n",
-        ("tests/test_waiting.py::test_a_local_waiter_wakes_when_its_process_shortens_the_lock",),
     ),
     Mutant(
         "an expired hold's release at the streak's limit starts the streak again",

@@ -478,6 +478,29 @@ async def test_a_release_that_finds_its_lock_expired_still_names_the_next_in_lin
         await waiter.release()
 
 
+async def test_a_lock_shortened_and_left_to_expire_wakes_the_other_processes_waiters(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    # Found by the simulation's "idle" rule (tests/sim/live.py, seed 4398046531387, no
+    # fault): a holder shortened its lock with extend() after a waiter of another
+    # process had learnt the longer PTTL, and let it expire without releasing it. No
+    # release announced it, and the waiter slept until that PTTL, the lock free.
+    async with LockManager(urls) as holder_side, LockManager(urls) as waiter_side:
+        holder = holder_side.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
+        waits = asyncio.create_task(waiter.acquire(timeout=10))
+        await in_line(clients, name, 1)  # its attempt failed: it sleeps until the PTTL
+        shortened = time.monotonic()
+        await holder.extend(0.3)  # and never released: it expires
+        # The waiter learns the shorter PTTL and takes the lock once it expired: not
+        # after the PTTL it had learnt (30 s), nor its timeout (10 s; on the old code
+        # it returned False then).
+        assert await asyncio.wait_for(waits, 20)
+        assert 0.3 <= time.monotonic() - shortened < 0.3 + aiolock._turns.FALLBACK
+        await waiter.release()
+
+
 @pytest.mark.usefixtures("naming_only")
 async def test_a_process_that_leaves_in_its_turn_announces_the_lock_free(
     urls: list[str], clients: list[redis.Redis], name: str
@@ -628,6 +651,48 @@ async def test_a_named_process_that_holds_past_the_fallback_stays_in_line(
         await again.release()
         assert await asyncio.wait_for(line.second_waits, 20)
         await line.second_lock.release()
+
+
+async def test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the simulation's streak rule (seed 4398046823285, every node refusing
+    # pub/sub): a head joined the turn queue before the refusals of its subscriptions
+    # came back (the head before it had been cancelled), and its process went on
+    # offering to take grants it could never hear. A release granted it the lock, heard
+    # nobody, undid the grant and took the process out of line; the other process, alone
+    # in line as far as its handoffs could see, kept the lock 8 times in a row.
+    learnt = False
+    refused = aiolock._queue.Queue.polling
+
+    def polling(queue: aiolock._queue.Queue) -> bool:  # the refusals come back late
+        return learnt and refused(queue)
+
+    monkeypatch.setattr(aiolock._queue.Queue, "polling", polling)
+    no_pubsub = MINIMAL_ACL.replace(" +subscribe +unsubscribe", "")
+    for client in clients:
+        await client.execute_command("ACL", "SETUSER", "aiolock", *no_pubsub.split())
+    limited = [url.replace("redis://", "redis://aiolock:lockpass@") for url in urls]
+    offers = key(name) + ":turns:offers"
+    try:
+        async with LockManager(limited) as holder_side, LockManager(limited) as waiter_side:
+            holder = holder_side.lock(name, ttl=30, auto_renew=False)
+            assert await holder.acquire(timeout=0)
+            waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
+            waits = asyncio.create_task(waiter.acquire(timeout=20))
+            await in_line(clients, name, 1)
+            assert [await c.zcard(offers) for c in clients] == [1] * 5  # offered, unaware
+            learnt = True
+            await asyncio.sleep(aiolock._turns.REFRESH * 1.5)  # its entry refreshed since
+            # No offer left, none made again (on the old code its refresh made it anew).
+            assert [await c.zcard(offers) for c in clients] == [0] * 5
+            waits.cancel()  # (it slept on the PTTL, believing it would hear the release)
+            with contextlib.suppress(asyncio.CancelledError):
+                await waits
+            await holder.release()
+    finally:
+        for client in clients:
+            await client.execute_command("ACL", "DELUSER", "aiolock")
 
 
 async def test_where_pubsub_is_refused_a_process_that_gave_way_lets_the_one_named_try_first(

@@ -10,9 +10,17 @@ Safety (a violation fails the run):
   more than a minority of the nodes had lost the counter that made the earlier token
   (restarted empty since it was made, or never given it) when the later began: then
   only the acquirers' wall clocks order them, as ``aiolock/_fencing.py`` says. Read
-  from the nodes at each lock holding's first step. (From ``world.SKEW_FROM`` on the
+  from the nodes at each lock holding's first step. In a run without faults every
+  node got every write, so only a counter that expired counts as lost there: a
+  counter below a token its holder was given is the library's own doing (a lease's
+  token that no handoff reserved). (From ``world.SKEW_FROM`` on the
   processes' wall clocks differ: before, one clock for all kept tokens increasing
   whatever the counters did.)
+* **backed**: at a lock holding's first step, a quorum of nodes' fencing counters are
+  at least its token, but for nodes that lost their data since its acquire began
+  (``aiolock/_fencing.py``: a token is handed out only once a majority's counters
+  reached it; a lease's, once a quorum confirmed the reserve it comes from). Read
+  from the nodes (``Recorder.backs``).
 * **kept**: at every step of a lock's holding, a quorum of nodes keep the lock's key
   at least until the step's validity ends (a node restarted since the holding began
   counts as keeping it while its quarantine lasts, ``restart_grace`` after it came
@@ -39,6 +47,13 @@ Safety (a violation fails the run):
   for that hold: the holder may have acted on it (API.md: a lost lock stays lost),
   even when a renewal's confirmation is read after its deadline (a loop stall held
   it). Read after every command a node runs (``Recorder.watch``).
+* **followed** (from ``world.TIGHT_FROM`` on, where such deadlines are drawn): once
+  an ``extend()`` has settled, also one whose caller gave up waiting for it, the
+  lock's validity follows what the nodes applied (API.md: it completes even if
+  cancelled): it ends no earlier than a quorum keeps the key, less the drift
+  allowances and a round trip. Read at a holder's steps, in runs without faults, for
+  locks without renewal, after an extension with no other in flight
+  (``Recorder.follows``).
 * **no stray key**: once every manager has closed and the longest ttl has passed, no
   node keeps a lock or slot key, and no key of ours lives without a ttl but the fencing
   counters.
@@ -86,7 +101,9 @@ def check_outlives(holdings: list[Holding]) -> list[str]:
     ]
 
 
-def check_exclusion(holdings: list[Holding]) -> list[str]:
+def check_exclusion(holdings: list[Holding], *, faults: bool = True) -> list[str]:
+    """The exclusion and fencing rules; ``faults``: whether the run had any (see
+    :func:`_counters_lost`)."""
     problems: list[str] = []
     by_domain: dict[tuple[Any, ...], list[Holding]] = defaultdict(list)
     # One record per acquisition (levels, detach + attach: one Holding, see workload.py),
@@ -104,7 +121,7 @@ def check_exclusion(holdings: list[Holding]) -> list[str]:
                     a.token is not None
                     and b.token is not None
                     and not b.token > a.token
-                    and not _counters_lost(a, b)
+                    and not _counters_lost(a, b, faults=faults)
                 ):
                     problems.append(
                         f"fencing: {domain} token {b.token} ({b.owner}) began after "
@@ -137,7 +154,7 @@ def check_exclusion(holdings: list[Holding]) -> list[str]:
     return problems
 
 
-def _counters_lost(a: Holding, b: Holding) -> bool:
+def _counters_lost(a: Holding, b: Holding, *, faults: bool = True) -> bool:
     """Whether so many nodes had lost the counter that made ``a``'s token when ``b``
     began that ``b``'s quorum may have met none of them: the one case where the promise
     of increasing tokens rests on the acquirers' wall clocks alone
@@ -149,6 +166,13 @@ def _counters_lost(a: Holding, b: Holding) -> bool:
     decrease while they exist): when they are more than a minority, ``b``'s quorum
     includes one of them. (Read from what the nodes lost, not from their counters
     when ``b`` began: a library whose counters go back must not excuse itself.)
+
+    Without ``faults`` no node failed or was left out, so a live counter below ``a``'s
+    token means no write ever gave it that token: not lost, never made. Only a counter
+    that had expired (``fence_retention``) counts as lost then. (The search found this
+    exception excusing a PASS_ON that reserved no tokens: the leases after it handed
+    out tokens no counter had, and a process whose wall clock was behind was given
+    one of them again.)
     """
     if a.token is None or a.counters is None or a.resets is None or b.resets is None:
         return False
@@ -156,7 +180,7 @@ def _counters_lost(a: Holding, b: Holding) -> bool:
     kept = sum(
         1
         for value, before, after in zip(a.counters, a.resets, b.resets, strict=True)
-        if value is not None and value >= a.token and before == after
+        if value is not None and (value >= a.token or not faults) and before == after
     )
     return kept < nodes - (nodes // 2 + 1) + 1
 
@@ -181,6 +205,26 @@ def check_revived(holdings: list[Holding]) -> list[str]:
         f"revived: {h.owner} {h.domain} token {h.token}: it read remaining() == 0, then {h.revived}"
         for h in holdings
         if h.revived is not None
+    ]
+
+
+def check_backed(holdings: list[Holding]) -> list[str]:
+    """The backed rule: a lock's token, when its holding began, was backed by a quorum
+    of counters (``Holding.unbacked``)."""
+    return [
+        f"backed: {h.owner} {h.domain}: at its first step, {h.unbacked}"
+        for h in holdings
+        if h.unbacked is not None
+    ]
+
+
+def check_followed(holdings: list[Holding]) -> list[str]:
+    """The followed rule: after an ``extend()`` settled, the validity is what the
+    nodes applied (``Holding.unfollowed``)."""
+    return [
+        f"followed: {h.owner} {h.domain} token {h.token}: after extend(), {h.unfollowed}"
+        for h in holdings
+        if h.unfollowed is not None
     ]
 
 

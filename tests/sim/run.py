@@ -24,8 +24,10 @@ import aiolock._handoff
 from aiolock import LockManager
 
 from .check import (
+    check_backed,
     check_bare,
     check_exclusion,
+    check_followed,
     check_kept,
     check_keys,
     check_outlives,
@@ -372,6 +374,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     rec.live = Liveness(world, cfg.processes)
     if cfg.out_of_line:
         rec.live.streak_limit = OUT_OF_LINE_STREAK_LIMIT
+        rec.live.racing = True
     rec.nudge_chance = cfg.nudge
 
     def observe() -> None:
@@ -463,11 +466,13 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
             if cfg.focus in ("repair", "lag")
             else []
         ),
-        *check_exclusion(rec.holdings),
+        *check_exclusion(rec.holdings, faults=bool(faults)),
         *check_kept(rec.holdings),
         *check_outlives(rec.holdings),
         *check_told(rec.holdings, world.stalls),
         *check_revived(rec.holdings),
+        *check_followed(rec.holdings),
+        *check_backed(rec.holdings),
         *check_keys(keys),
         *check_bare(world.bare),
     ]

@@ -39,6 +39,7 @@ from aiolock import (
 
 from .live import FIRST_TRY, Liveness, at_rest
 from .world import (
+    BASE_LATENCY,
     DEATH_FROM,
     FOCUS_FROM,
     LAG_FROM,
@@ -47,6 +48,7 @@ from .world import (
     ORDERED_FROM,
     REPAIR_FROM,
     SKEW_FROM,
+    TIGHT_FROM,
     SimLoop,
     World,
     current_process,
@@ -102,6 +104,18 @@ class Holding:
     revived: str | None = None
     #: When the holder last called ``extend()`` (see Recorder.dry).
     extended_at: float = -math.inf
+    #: The hold the holder last extended with no other extension of it in flight
+    #: (``tangled``: one went out while another was in flight, whose outcomes the
+    #: library then rightly takes the earlier of), and the first moment its validity
+    #: fell short of what the nodes applied, described: see Recorder.follows.
+    followed: Any = field(default=None, repr=False)
+    tangled: bool = False
+    unfollowed: str | None = None
+    #: When its acquire began (-inf: unknown), and, for a lock, where a quorum of
+    #: counters did not back its token at its first step, described: see
+    #: Recorder.backs.
+    began: float = -math.inf
+    unbacked: str | None = None
 
     def __post_init__(self) -> None:
         self.longest = max(self.longest, self.ttl)
@@ -473,10 +487,65 @@ class Recorder:
         if h.counters is None:
             h.counters = world.counters(KEY % name.encode() + b":fence")
             h.resets = [node.resets for node in world.nodes]
+            self.backs(h)
         lock = lock_of(handle, name)
         if lock is not None:
             self.watched[id(lock)] = (lock, name, h)
+            self.follows(h, lock, name, remaining, now)
         self._kept(h, name, key_token(handle, name), remaining, now=now)
+
+    def backs(self, h: Holding) -> None:
+        """The backed rule, at a lock holding's first step: a quorum of nodes' counters
+        are at least its token (``aiolock/_fencing.py``: before a token is handed out,
+        the counters of a majority must be at least it; a lease's is within a reserve
+        that a quorum's counters reached). A node that lost its data since the acquire
+        began counts as backing it (the fencing rule's exception covers what follows).
+        Counters outlive a run (``fence_retention``: an hour at least), so none
+        expires."""
+        token, counters = h.token, h.counters
+        if token is None or counters is None:
+            return
+        nodes = self.world.nodes
+        short = [
+            f"n{node.index} {value}"
+            for node, value in zip(nodes, counters, strict=True)
+            if (value is None or value < token) and node.reset_at <= h.began
+        ]
+        if len(short) > len(nodes) - (len(nodes) // 2 + 1):
+            h.unbacked = f"its token {token}; counters below it: {', '.join(short)}"
+
+    def follows(self, h: Holding, lock: Any, name: str, left: float, now: float) -> None:
+        """The followed rule at a step of ``h``, whose lock reads ``left`` s: once an
+        ``extend()`` of its hold has settled, the validity follows what the nodes applied
+        (API: it completes even if its caller is cancelled or gives up meanwhile). So it
+        ends no earlier than a quorum keeps the key, less the drift the library counts
+        off, the nodes' own drift and a round trip.
+
+        Read where that is exact: in a run without faults (every command lands and is
+        answered within a millisecond), for a lock without renewal (whose extensions
+        would overlap the holder's), after an extension with none other in flight."""
+        hold = lock._hold
+        world = self.world
+        if (
+            h.unfollowed is not None
+            or h.renewed
+            or h.tangled
+            or world.faults
+            or hold is None
+            or hold is not h.followed
+            or hold.extensions
+        ):
+            return
+        quorum = len(world.nodes) // 2 + 1
+        ends = sorted((e for _, e in world.expiries(KEY % name.encode(), hold.token)), reverse=True)
+        if len(ends) < quorum:
+            return  # (not kept: the kept rule reads that)
+        slack = h.longest * (DRIFT_FACTOR + 2.0 * world.drift) + DRIFT_FLOOR + 0.001
+        if ends[quorum - 1] - (now + left) > slack:
+            h.unfollowed = (
+                f"at {now:.6f} it read {left:.6f} s left; a quorum keeps its key until "
+                f"{ends[quorum - 1]:.6f} ({ends[quorum - 1] - now - left:.6f} s more)"
+            )
 
     def _kept(
         self, h: Holding, name: str, token: bytes | None, left: float, *, now: float, when: str = ""
@@ -560,6 +629,7 @@ class Worker:
         #: The deadlines some extend() calls are given (Worker._extend, from MODELS_FROM
         #: on): drawn apart, so that the workload's other draws stay as they were.
         self.limits = random.Random(f"limits-{seed}-{owner}")
+        self.tight = seed >= TIGHT_FROM
         self.process = int(owner[1:].split("t", maxsplit=1)[0])
         self.serial = itertools.count()
         self.cancelled_in_extend = False
@@ -697,6 +767,11 @@ class Worker:
             h.ttl = min(h.ttl, ttl)
             h.longest = max(h.longest, ttl)
             h.extended_at = self.now()
+            lock = lock_of(handle, h.domain[1]) if h.domain[0] == "lock" else None
+            if lock is not None and lock._hold is not None:
+                if lock._hold.extensions:
+                    h.tangled = True
+                h.followed = lock._hold
         # From MODELS_FROM on, 1 extend() in 4 under a deadline of its own (up to 2
         # node timeouts), the body going on when it passes, as a caller that would
         # rather not wait for slow nodes does: extend() completes anyway (shielded),
@@ -704,6 +779,8 @@ class Worker:
         limit = None
         if self.more and self.limits.random() < 0.25:  # (a stream of its own: see __init__)
             limit = self.limits.uniform(0.0, 2 * NODE_TIMEOUT)
+            if self.tight and self.limits.random() < 0.5:
+                limit = self.limits.uniform(0.0, 4 * BASE_LATENCY[1])  # (see TIGHT_FROM)
         self.rec.event(
             self.owner, f"extend {ttl:.3f}" + (f" within {limit:.4f}" if limit is not None else "")
         )
@@ -761,8 +838,9 @@ class Worker:
             first_tries = FIRST_TRY * max(1, len(self.handles))
             waited = self.began is not None and self.now() - self.began >= first_tries
             self.rec.live.held(domain[1], self.process, waited=waited)
+        began = -math.inf if self.began is None else self.began
         return self.rec.holding(
-            Holding(domain, mode, ident, token, self.owner, handle.ttl, renewed)
+            Holding(domain, mode, ident, token, self.owner, handle.ttl, renewed, began=began)
         )
 
     # -- operations --------------------------------------------------------------------

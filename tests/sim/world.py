@@ -106,8 +106,16 @@ LAG_FROM = 2**41
 #: connections closed, what it had sent applied, and nothing more from it): its
 #: entry and its offer stay in line until they expire, and a release that grants it
 #: the lock must see that nobody hears the grant. The orphan rule judges those runs
-#: (workload.Recorder.look_for_orphans). The search starts here.
+#: (workload.Recorder.look_for_orphans).
 DEATH_FROM = 2**42
+#: Seeds from here on give half the ``extend()`` calls that run under a deadline of
+#: their caller's one shorter than a round trip (workload.Worker._extend): the caller
+#: goes on while the nodes apply the extension, as a caller under a tight deadline
+#: does, and the followed rule (workload.Recorder.follows) reads that the validity
+#: follows what the nodes applied. Without faults a round trip is a few hundred µs,
+#: so a deadline of up to 2 node timeouts almost never passed first. The search
+#: starts here.
+TIGHT_FROM = 2**43
 
 
 class Deadlock(Exception):
