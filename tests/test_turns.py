@@ -23,7 +23,7 @@ import signal
 import sys
 import time
 from asyncio.subprocess import PIPE
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -681,30 +681,26 @@ async def test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering(
         return learnt and refused(queue)
 
     monkeypatch.setattr(aiolock._queue.Queue, "polling", polling)
-    no_pubsub = MINIMAL_ACL.replace(" +subscribe +unsubscribe", "")
-    for client in clients:
-        await client.execute_command("ACL", "SETUSER", "aiolock", *no_pubsub.split())
-    limited = [url.replace("redis://", "redis://aiolock:lockpass@") for url in urls]
     offers = key(name) + ":turns:offers"
-    try:
-        async with LockManager(limited) as holder_side, LockManager(limited) as waiter_side:
-            holder = holder_side.lock(name, ttl=30, auto_renew=False)
-            assert await holder.acquire(timeout=0)
-            waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
-            waits = asyncio.create_task(waiter.acquire(timeout=20))
-            await in_line(clients, name, 1)
-            assert [await c.zcard(offers) for c in clients] == [1] * 5  # offered, unaware
-            learnt = True
-            await asyncio.sleep(aiolock._turns.REFRESH * 1.5)  # its entry refreshed since
-            # No offer left, none made again (on the old code its refresh made it anew).
-            assert [await c.zcard(offers) for c in clients] == [0] * 5
-            waits.cancel()  # (it slept on the PTTL, believing it would hear the release)
-            with contextlib.suppress(asyncio.CancelledError):
-                await waits
-            await holder.release()
-    finally:
-        for client in clients:
-            await client.execute_command("ACL", "DELUSER", "aiolock")
+    async with (
+        _pubsub_refused(clients, urls) as limited,
+        LockManager(limited) as holder_side,
+        LockManager(limited) as waiter_side,
+    ):
+        holder = holder_side.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
+        waits = asyncio.create_task(waiter.acquire(timeout=20))
+        await in_line(clients, name, 1)
+        assert [await c.zcard(offers) for c in clients] == [1] * 5  # offered, unaware
+        learnt = True
+        await asyncio.sleep(aiolock._turns.REFRESH * 1.5)  # its entry refreshed since
+        # No offer left, none made again (on the old code its refresh made it anew).
+        assert [await c.zcard(offers) for c in clients] == [0] * 5
+        waits.cancel()  # (it slept on the PTTL, believing it would hear the release)
+        with contextlib.suppress(asyncio.CancelledError):
+            await waits
+        await holder.release()
 
 
 async def test_where_pubsub_is_refused_a_process_that_gave_way_lets_the_one_named_try_first(
@@ -716,38 +712,47 @@ async def test_where_pubsub_is_refused_a_process_that_gave_way_lets_the_one_name
     # process's own head, its poll due just then, tried and won; the process named,
     # whose poll came later, never had its turn (8 holdings in a row).
     monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", 0)  # each release gives way
+    poll = aiolock._queue.POLL_INTERVAL
+    async with (
+        _pubsub_refused(clients, urls) as limited,
+        LockManager(limited) as busy,
+        LockManager(limited) as other,
+    ):
+        holder = busy.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        named = other.lock(name, ttl=30, auto_renew=False)
+        named_waits = asyncio.create_task(named.acquire(timeout=20))
+        await in_line(clients, name, 1)
+        tries = _attempt_times(busy)
+        head = busy.lock(name, ttl=30, auto_renew=False)
+        head_waits = asyncio.create_task(head.acquire(timeout=20))
+        while not tries:  # its first tries fail: then it polls, every POLL_INTERVAL
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0.3 * poll)
+        # Released just before the head's next poll: at once, it would win nearly
+        # every time (the process named polls on a phase of its own).
+        await asyncio.sleep(max(0.0, tries[-1] + 0.95 * poll - time.monotonic()))
+        released_at = time.monotonic()
+        await holder.release()
+        assert await asyncio.wait_for(named_waits, 20)
+        assert not head_waits.done()
+        # The head let a whole poll of the process named go by before it tried (on
+        # the old code it tried at its poll, 5 to 15 ms after the release).
+        early = [t - released_at for t in tries if 0 < t - released_at < 1.1 * poll]
+        assert not early, early
+        await named.release()
+        assert await asyncio.wait_for(head_waits, 20)
+        await head.release()
+
+
+@contextlib.asynccontextmanager
+async def _pubsub_refused(clients: list[redis.Redis], urls: list[str]) -> AsyncIterator[list[str]]:
+    """The servers' URLs for a user whose ACL refuses pub/sub (every waiter polls)."""
     no_pubsub = MINIMAL_ACL.replace(" +subscribe +unsubscribe", "")
     for client in clients:
         await client.execute_command("ACL", "SETUSER", "aiolock", *no_pubsub.split())
-    limited = [url.replace("redis://", "redis://aiolock:lockpass@") for url in urls]
-    poll = aiolock._queue.POLL_INTERVAL
     try:
-        async with LockManager(limited) as busy, LockManager(limited) as other:
-            holder = busy.lock(name, ttl=30, auto_renew=False)
-            assert await holder.acquire(timeout=0)
-            named = other.lock(name, ttl=30, auto_renew=False)
-            named_waits = asyncio.create_task(named.acquire(timeout=20))
-            await in_line(clients, name, 1)
-            tries = _attempt_times(busy)
-            head = busy.lock(name, ttl=30, auto_renew=False)
-            head_waits = asyncio.create_task(head.acquire(timeout=20))
-            while not tries:  # its first tries fail: then it polls, every POLL_INTERVAL
-                await asyncio.sleep(0.001)
-            await asyncio.sleep(0.3 * poll)
-            # Released just before the head's next poll: at once, it would win nearly
-            # every time (the process named polls on a phase of its own).
-            await asyncio.sleep(max(0.0, tries[-1] + 0.95 * poll - time.monotonic()))
-            released_at = time.monotonic()
-            await holder.release()
-            assert await asyncio.wait_for(named_waits, 20)
-            assert not head_waits.done()
-            # The head let a whole poll of the process named go by before it tried (on
-            # the old code it tried at its poll, 5 to 15 ms after the release).
-            early = [t - released_at for t in tries if 0 < t - released_at < 1.1 * poll]
-            assert not early, early
-            await named.release()
-            assert await asyncio.wait_for(head_waits, 20)
-            await head.release()
+        yield [url.replace("redis://", "redis://aiolock:lockpass@") for url in urls]
     finally:
         for client in clients:
             await client.execute_command("ACL", "DELUSER", "aiolock")

@@ -93,12 +93,17 @@ def _span(h: Holding) -> tuple[float, float]:
     return h.steps[0][0], h.steps[-1][0]
 
 
-def check_outlives(holdings: list[Holding]) -> list[str]:
+def _noted(holdings: list[Holding], rule: str, attr: str, what: str = "") -> list[str]:
+    """Each holding's first breach of ``rule``, as the run described it in ``attr``."""
     return [
-        f"outlives: {h.owner} {h.domain} token {h.token}: {h.outlives}"
+        f"{rule}: {h.owner} {h.domain} token {h.token}: {what}{getattr(h, attr)}"
         for h in holdings
-        if h.outlives is not None
+        if getattr(h, attr) is not None
     ]
+
+
+def check_outlives(holdings: list[Holding]) -> list[str]:
+    return _noted(holdings, "outlives", "outlives")
 
 
 def check_exclusion(holdings: list[Holding], *, faults: bool = True) -> list[str]:
@@ -186,11 +191,7 @@ def _counters_lost(a: Holding, b: Holding, *, faults: bool = True) -> bool:
 
 
 def check_kept(holdings: list[Holding]) -> list[str]:
-    return [
-        f"kept: {h.owner} {h.domain} token {h.token}: {h.short}"
-        for h in holdings
-        if h.short is not None
-    ]
+    return _noted(holdings, "kept", "short")
 
 
 def _stalled(stalls: list[tuple[float, float]], start: float, end: float) -> bool:
@@ -201,31 +202,19 @@ def _stalled(stalls: list[tuple[float, float]], start: float, end: float) -> boo
 def check_revived(holdings: list[Holding]) -> list[str]:
     """The revived rule: a lock's validity, once its holder read it run out, never comes
     back (``Holding.revived``)."""
-    return [
-        f"revived: {h.owner} {h.domain} token {h.token}: it read remaining() == 0, then {h.revived}"
-        for h in holdings
-        if h.revived is not None
-    ]
+    return _noted(holdings, "revived", "revived", "it read remaining() == 0, then ")
 
 
 def check_backed(holdings: list[Holding]) -> list[str]:
     """The backed rule: a lock's token, when its holding began, was backed by a quorum
     of counters (``Holding.unbacked``)."""
-    return [
-        f"backed: {h.owner} {h.domain}: at its first step, {h.unbacked}"
-        for h in holdings
-        if h.unbacked is not None
-    ]
+    return _noted(holdings, "backed", "unbacked", "at its first step, ")
 
 
 def check_followed(holdings: list[Holding]) -> list[str]:
     """The followed rule: after an ``extend()`` settled, the validity is what the
     nodes applied (``Holding.unfollowed``)."""
-    return [
-        f"followed: {h.owner} {h.domain} token {h.token}: after extend(), {h.unfollowed}"
-        for h in holdings
-        if h.unfollowed is not None
-    ]
+    return _noted(holdings, "followed", "unfollowed", "after extend(), ")
 
 
 def check_told(holdings: list[Holding], stalls: list[tuple[float, float]]) -> list[str]:
