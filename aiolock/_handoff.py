@@ -61,7 +61,10 @@ class Taker:
     A release of this process that finds the head's offer, while the head is not in an
     attempt of its own, claims it, passes the lock on in one script per node (see
     ``_handoff.py``) and delivers the outcome. The head meanwhile waits for it and sends
-    nothing of its own: an attempt of its own would race the handoff with its token.
+    nothing of its own: an attempt of its own would race the handoff with its token,
+    and its clean-up, after the handoff on a node that answered late, would delete the
+    key the handoff set there. So a head checks ``claimed`` after every wait, the last
+    before it tries included (its hold-back, see ``Queue.holding_back``).
     """
 
     __slots__ = ("busy", "claimed", "future", "on_dropped", "token", "ttl")

@@ -282,6 +282,8 @@ class Waiting:
                         if back > 0 and not queue.wake.is_set():  # (its turn, polled)
                             with anyio.move_on_after(min(back, deadline - self._clock())):
                                 await queue.wake.wait()
+                            if offer is not None and offer.claimed:
+                                continue  # claimed meanwhile: its handoff decides (8796103035398)
                         queue.wake.clear()
                         queue.gave_way = None
                         result = await attempt_as_head(attempt, offer)

@@ -98,8 +98,8 @@ MUTANTS = [
     Mutant(
         "the head attempts while a handoff to it is in flight",
         "aiolock/_waiting.py",
-        "if offer is not None and offer.claimed:",
-        "if False:",
+        "if offer is not None and offer.claimed:\n                        result = await",
+        "if False:\n                        result = await",
         ("tests/test_waiting.py",),
     ),
     Mutant(
@@ -725,6 +725,17 @@ MUTANTS = [
         (
             "tests/test_turns.py::"
             "test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering",
+        ),
+    ),
+    Mutant(
+        "a head holding back tries though a release claimed its offer meanwhile",
+        "aiolock/_waiting.py",
+        "                            if offer is not None and offer.claimed:\n"
+        "                                continue",
+        "                            if False:\n                                continue",
+        (
+            "tests/test_turns.py::"
+            "test_a_head_holding_back_that_a_release_of_ours_hands_the_lock_sends_nothing_of_its_own",
         ),
     ),
     Mutant(

@@ -280,6 +280,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "reserve-on-fewer-than-quorum",
         "shortening-extend-silent",
         "offers-where-pubsub-refused",
+        "head-holding-back-races-handoff",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

@@ -37,6 +37,7 @@ import aiolock._turns
 import aiolock._waiting
 from aiolock import LockManager
 from aiolock._waiting import LOCAL_STREAK
+from aiolock.testing import nemesis
 
 from .conftest import count_attempts, in_line, key, scripts_run, two_in_line
 from .test_failures import MINIMAL_ACL
@@ -745,6 +746,53 @@ async def test_where_pubsub_is_refused_a_process_that_gave_way_lets_the_one_name
         await head.release()
 
 
+async def test_a_head_holding_back_that_a_release_of_ours_hands_the_lock_sends_nothing_of_its_own(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the simulation (seed 8796103035398: exclusion, fencing, kept). Where
+    # pub/sub is refused, a head that polls holds back after its process gave way. A
+    # release of ours in that window claimed the head's offer and passed the lock to its
+    # token; woken, the head tried with the same token all the same. Its attempt failed
+    # (the lock was still the releaser's), and its clean-up, sent after the handoff on
+    # the nodes that had not answered yet, deleted the key the handoff had set there:
+    # the head took the handoff's outcome and held a lock kept on one node of five.
+    monkeypatch.setattr(aiolock._queue, "GAVE_WAY_POLL", 3.0)  # the window, made wide
+    async with (
+        _pubsub_refused(clients, urls),
+        nemesis(urls) as net,
+        LockManager(_as_refused(net.urls), node_timeout=1.0) as ours,
+    ):
+        first = ours.lock(name, ttl=30, auto_renew=False)
+        assert await first.acquire(timeout=0)
+        head = ours.lock(name, ttl=30, auto_renew=False)
+        head_waits = asyncio.create_task(head.acquire(timeout=20))
+        await in_line(clients, name, 1)
+        monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", 0)
+        await first.release()  # gives way (to nobody): the head holds back from its poll
+        monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", LOCAL_STREAK)
+        await asyncio.sleep(3 * aiolock._queue.POLL_INTERVAL)
+        assert not head_waits.done()
+        second = ours.lock(name, ttl=30, auto_renew=False)
+        assert await second.acquire(timeout=0)  # (timeout=0 tries at once)
+        # Nodes 4 and 5 hold another token; nodes 2 and 3 answer us 0.2 s late. The
+        # handoff wins on nodes 1 to 3; an attempt of the head's own would be decided
+        # (lost) by nodes 1, 4 and 5 and clean up on 2 and 3, after the handoff there.
+        for client in clients[3:]:
+            await client.set(key(name), b"another", xx=True, px=30_000)
+        for proxy in net[1:3]:
+            proxy.delay_replies(0.2, links=lambda link: link.kind == "commands")
+        await second.release()
+        assert await asyncio.wait_for(head_waits, 20)
+        assert head._hold is not None
+        tokens = [await c.get(key(name)) for c in clients]
+        # Held where the head believes it is: on nodes 1 to 3 (on the old code, node 1).
+        assert tokens[:3] == [head._hold.token] * 3, tokens
+        for client in clients[3:]:
+            await client.delete(key(name))
+        net.clear()
+        await head.release()
+
+
 @contextlib.asynccontextmanager
 async def _pubsub_refused(clients: list[redis.Redis], urls: list[str]) -> AsyncIterator[list[str]]:
     """The servers' URLs for a user whose ACL refuses pub/sub (every waiter polls)."""
@@ -752,10 +800,15 @@ async def _pubsub_refused(clients: list[redis.Redis], urls: list[str]) -> AsyncI
     for client in clients:
         await client.execute_command("ACL", "SETUSER", "aiolock", *no_pubsub.split())
     try:
-        yield [url.replace("redis://", "redis://aiolock:lockpass@") for url in urls]
+        yield _as_refused(urls)
     finally:
         for client in clients:
             await client.execute_command("ACL", "DELUSER", "aiolock")
+
+
+def _as_refused(urls: list[str]) -> list[str]:
+    """``urls`` as the user of :func:`_pubsub_refused` connects."""
+    return [url.replace("redis://", "redis://aiolock:lockpass@") for url in urls]
 
 
 def _attempt_times(manager: aiolock.LockManager) -> list[float]:
