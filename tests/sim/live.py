@@ -61,6 +61,8 @@ import itertools
 import math
 from typing import TYPE_CHECKING, Any
 
+from .world import excusing
+
 if TYPE_CHECKING:
     from .workload import Holding
     from .world import World
@@ -142,9 +144,8 @@ class Liveness:
         # (A process's death excuses nothing here: what it held waits out its ttl,
         # which the holder's PTTL wakes the waiters for; a turn it does not use costs
         # the fallback. Its own waits end at its death: see Worker.run.)
-        world = self.world
-        faults = any(fault.kind != "die" for fault in world.faults)
-        return self.on and not faults and not self.problems
+        # Nor does a late subscription: the confirmation wakes the waiter.
+        return self.on and not excusing(self.world.faults) and not self.problems
 
     # -- what the workload tells ------------------------------------------------------
 
@@ -244,9 +245,12 @@ class Liveness:
                     return
 
     def _faults(self) -> str:
-        """The faults of the run, as a violation names them (none but deaths)."""
-        dead = ", ".join(f"p{p}" for p in sorted(self.world.dead))
-        return f"no fault but the death of {dead}" if dead else "no fault"
+        """The faults of the run, as a violation names them (none but deaths and late
+        subscriptions)."""
+        late = any(fault.kind == "subscribe" for fault in self.world.faults)
+        but = [f"the death of {', '.join(f'p{p}' for p in sorted(self.world.dead))}"]
+        but = (but if self.world.dead else []) + (["late subscriptions"] if late else [])
+        return f"no fault but {' and '.join(but)}" if but else "no fault"
 
     def _left_by_the_dead(self, name: str) -> bool:
         """Whether the last value of ``name``'s key, on a quorum of nodes, was set by a

@@ -42,6 +42,7 @@ from .world import (
     MODELS_FROM,
     ORDERED_FROM,
     SKEW_FROM,
+    SUBSCRIBE_LATE_FROM,
     Deadlock,
     Fault,
     World,
@@ -90,8 +91,9 @@ MEMORIES = {
 def make_memories(seed: int, faults: list[Fault]) -> dict[str, int]:
     """The sizes of the library's bounded memories in ``seed``'s schedule (empty: real);
     ``faults``: the schedule's, all of them (from LIVE_FROM on, a schedule without
-    faults keeps the real sizes: the liveness rules apply there)."""
-    if seed < LATE_FROM or (seed >= LIVE_FROM and not faults):
+    faults, or with late subscriptions only, keeps the real sizes: the liveness rules
+    apply there)."""
+    if seed < LATE_FROM or (seed >= LIVE_FROM and all(f.kind == "subscribe" for f in faults)):
         return {}
     rng = random.Random(f"memories-{seed}")
     if rng.random() < 0.5:
@@ -219,8 +221,39 @@ def lagging(rng: random.Random, cfg: Config) -> list[Fault]:
     return faults
 
 
+def late_subscriptions(rng: random.Random, cfg: Config) -> list[Fault]:
+    """The faults of a schedule drawn without any, half the time from
+    SUBSCRIBE_LATE_FROM on: 1 to 4 spells in which a process's subscriptions (or every
+    process's) to a node, or to every node, are held back up to 0.3 s (see
+    world.SUBSCRIBE_LATE_FROM). A waiter listens on n - quorum + 1 nodes: it misses a
+    release only when none of them has its subscription yet."""
+    return sorted(
+        (
+            Fault(
+                rng.uniform(0.0, cfg.seconds),
+                "subscribe",
+                rng.choice((-1, rng.randrange(cfg.nodes))),  # (-1: on every node)
+                rng.choice((-1, *range(cfg.processes))),
+                seconds=rng.uniform(0.5, 4.0),
+                scale=0.3,
+            )
+            for _ in range(rng.randint(1, 4))
+        ),
+        key=lambda f: f.at,
+    )
+
+
 def make_faults(seed: int, cfg: Config) -> list[Fault]:
     """The faults of a schedule, in time order."""
+    faults = _make_faults(seed, cfg)
+    if not faults and seed >= SUBSCRIBE_LATE_FROM:
+        late = random.Random(f"subscribe-{seed}")
+        if late.random() < 0.5:
+            return late_subscriptions(late, cfg)
+    return faults
+
+
+def _make_faults(seed: int, cfg: Config) -> list[Fault]:
     rng = random.Random(f"faults-{seed}")
     if cfg.focus == "repair":  # (from REPAIR_FROM on)
         return spaced_restarts(rng, cfg)
@@ -460,7 +493,11 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         *rec.orphaned,
         *rec.live.problems,
         *rec.resting,
-        *(lost_without_a_fault(rec.holdings, rec.counts) if rec.live.on and not faults else []),
+        *(
+            lost_without_a_fault(rec.holdings, rec.counts)
+            if rec.live.on and all(fault.kind == "subscribe" for fault in faults)
+            else []
+        ),
         *(
             lost_needlessly(rec.holdings, cfg.focus, [EPOCH + f.at for f in faults])
             if cfg.focus in ("repair", "lag")

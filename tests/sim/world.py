@@ -34,7 +34,7 @@ import secrets
 import selectors
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,9 +113,16 @@ DEATH_FROM = 2**42
 #: goes on while the nodes apply the extension, as a caller under a tight deadline
 #: does, and the followed rule (workload.Recorder.follows) reads that the validity
 #: follows what the nodes applied. Without faults a round trip is a few hundred µs,
-#: so a deadline of up to 2 node timeouts almost never passed first. The search
-#: starts here.
+#: so a deadline of up to 2 node timeouts almost never passed first.
 TIGHT_FROM = 2**43
+#: Seeds from here on give half the schedules that draw no fault "subscribe" faults
+#: instead (run.late_subscriptions): what a process sends on its pub/sub connection to
+#: a node (its subscriptions) is held back up to 0.3 s, past the 0.1 s a waiter waits
+#: for the confirmations before its attempt. A release between that attempt and the
+#: node's subscription is not heard; the library wakes the waiter when the
+#: confirmation comes (``Waiting._subscribe``), so nothing excuses a wait there: the
+#: liveness rules judge those runs too (live.py). The search starts here.
+SUBSCRIBE_LATE_FROM = 2**44
 
 
 class Deadlock(Exception):
@@ -366,6 +373,11 @@ class Link:
         self.number = number
         self.name = f"p{process}>n{node.index}#{number}"
         self.kind = "?"  # "commands" or "pubsub", from the first command
+        #: It sent a subscription: a pub/sub connection. (``kind`` is read from the first
+        #: command, which is the handshake's ``CLIENT SETINFO`` on every connection: it
+        #: says "commands" for pub/sub connections too, so the "late" and "slow" faults
+        #: hold theirs back as well. Kept so: the seeds found since replay unchanged.)
+        self.pubsub = False
         self.transport = ClientTransport(self)
         self.up = Pipe(world, self._at_server)
         self.down = Pipe(world, self._at_client)
@@ -378,6 +390,8 @@ class Link:
     def from_client(self, data: bytes) -> None:
         if self.dead and self.process in self.world.dead:
             return  # (its process died: nothing more leaves it)
+        if not self.pubsub:
+            self.pubsub = b"SUBSCRIBE\r\n" in data.upper()
         self.up.send(data, self.world.latency(self, "up"))
 
     def _at_server(self, data: bytes) -> None:
@@ -624,11 +638,12 @@ class Fault:
 
     at: float
     kind: str  # delay, slow, late, sever, pause, restart, failover, pubsub, stall, jump,
-    # lag, die
+    # lag, die, subscribe
     node: int = 0
     process: int = -1  # -1: every process
     seconds: float = 0.0  # how long it lasts
-    scale: float = 0.0  # delay: the mean extra latency; pubsub, late: a chance; jump: s
+    scale: float = 0.0  # delay: the mean extra latency; pubsub, late: a chance; jump: s;
+    # subscribe: the most a subscription is held back
     flag: bool = False  # sever: in-flight applied; restart: new run_id; delay: one link
     rank: int = 0  # slow: which of the process's command connections (by age)
 
@@ -649,8 +664,16 @@ class Fault:
             "jump": f"p{self.process} wall clock {self.scale:+.6f}s",
             "lag": f"every link {self.seconds:.3f}s +{self.scale * 1000:.1f}ms each way",
             "die": f"p{self.process}",
+            "subscribe": f"n{self.node if self.node >= 0 else '*'} p{self.process} "
+            f"{self.seconds:.3f}s held up to {self.scale * 1000:.0f}ms",
         }[self.kind]
         return f"{self.at:8.4f} {self.kind} {extra}"
+
+
+def excusing(faults: Sequence[Fault]) -> bool:
+    """Whether ``faults`` excuse a wait or a loss (live.py): any but deaths and late
+    subscriptions, which the library makes up for."""
+    return any(fault.kind not in ("die", "subscribe") for fault in faults)
 
 
 @dataclass
@@ -690,6 +713,7 @@ class World:
         #: when.
         self.writers: dict[tuple[int, bytes], tuple[int, float]] = {}
         self._pubsub: list[Fault] = []
+        self._subscribing: list[Fault] = []
         self._late: list[Fault] = []
         #: The fate of the burst being sent now (see :meth:`_held_back`): (process,
         #: instant) and the extra latency per node it is held back on.
@@ -763,6 +787,10 @@ class World:
                 latency += self.rng.expovariate(1.0 / fault.scale)
         for fault in self._lags:  # (steady: within 10 % of its scale)
             latency += fault.scale * self.rng.uniform(0.9, 1.1)
+        if self._subscribing and direction == "up" and link.pubsub:
+            for fault in self._subscribing:  # (node -1: every node)
+                if fault.node in (-1, link.node.index) and fault.process in (-1, link.process):
+                    latency += self.rng.uniform(0.0, fault.scale)
         return latency
 
     def _held_back(self, link: Link) -> float:
@@ -917,6 +945,9 @@ class World:
         elif kind == "pubsub":
             self._pubsub.append(fault)
             self.loop.call_at(self.now + fault.seconds, self._pubsub.remove, fault)
+        elif kind == "subscribe":
+            self._subscribing.append(fault)
+            self.loop.call_at(self.now + fault.seconds, self._subscribing.remove, fault)
         elif kind == "sever":
             for link in list(node.sessions):
                 if fault.process in (-1, link.process):
