@@ -131,6 +131,7 @@ class Entry:
         "_turns",
         "_wake",
         "named",
+        "offering",
         "place",
     )
 
@@ -156,13 +157,30 @@ class Entry:
         self._refresh: asyncio.TimerHandle | None = None
         #: A release named us and none of our waiters has taken the lock since.
         self.named = False
+        #: What we last sent carried an offer (see withdraw).
+        self.offering = False
         self._send_join()
 
     def _send_join(self) -> None:
         turns = self._turns
-        turns.broadcast(TURN_JOIN_SCRIPT, (*self._join_args, *turns.offer(self._key, self._head())))
+        offer = turns.offer(self._key, self._head())
+        self.offering = bool(offer)
+        turns.broadcast(TURN_JOIN_SCRIPT, (*self._join_args, *offer))
         loop = asyncio.get_running_loop()
         self._refresh = loop.call_later(REFRESH, self._send_join)
+
+    def withdraw(self) -> None:
+        """Refresh our entry now if it carries an offer our head cannot take any more.
+
+        Our head offered before the refusals of its subscriptions came back: a grant
+        to that offer is heard by nobody, undone, and takes us out of line, and the
+        other processes' handoffs then find nobody else waiting (a lone streak: seed
+        17592186151447). Called before each attempt of a head that polls.
+        """
+        if self.offering and self._head() is None:
+            if self._refresh is not None:
+                self._refresh.cancel()
+            self._send_join()
 
     def release_args(self) -> tuple[bytes, ...]:
         """What a release of ours adds to ``RELEASE_TURN``.
@@ -171,7 +189,9 @@ class Entry:
         (sent with the release, the freshest there is).
         """
         turns = self._turns
-        return (self._life, self.place, turns.member, *turns.offer(self._key, self._head()))
+        offer = turns.offer(self._key, self._head())
+        self.offering = bool(offer)  # (without one, RELEASE_TURN takes ours out)
+        return (self._life, self.place, turns.member, *offer)
 
     def heard(self, message: bytes) -> bool:
         """Whether a release ``message`` (not ``NOT_FREE``) lets our head try now.

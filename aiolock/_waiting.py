@@ -286,6 +286,8 @@ class Waiting:
                                 continue  # claimed meanwhile: its handoff decides (8796103035398)
                         queue.wake.clear()
                         queue.gave_way = None
+                        if queue.entry is not None and queue.polling():
+                            queue.entry.withdraw()  # an offer made before the refusal
                         result = await attempt_as_head(attempt, offer)
                         if offer is not None and self._grants is not None:
                             self._grants.tried(offer.token, result)  # (its clean-up)
@@ -362,11 +364,8 @@ class Waiting:
 
         def head() -> Taker | None:  # (read at each offer: a refusal may come after we
             # joined, and a grant nobody can hear takes us out of line: seed 4398046823285)
-            return (
-                queue.takers.get(queue.entries[0])
-                if queue.entries and not queue.polling()
-                else None
-            )
+            polling = queue.polling()
+            return queue.takers.get(queue.entries[0]) if queue.entries and not polling else None
 
         queue.entry = self._turns.join(key, queue.wake.set, head)
 

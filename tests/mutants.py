@@ -710,8 +710,8 @@ MUTANTS = [
     Mutant(
         "a head offers to take grants though pub/sub is refused",
         "aiolock/_waiting.py",
-        "                if queue.entries and not queue.polling()\n",
-        "                if queue.entries\n",
+        "            polling = queue.polling()\n",
+        "            polling = False\n",
         (
             "tests/test_turns.py::"
             "test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering",
@@ -736,6 +736,16 @@ MUTANTS = [
         (
             "tests/test_turns.py::"
             "test_a_head_holding_back_that_a_release_of_ours_hands_the_lock_sends_nothing_of_its_own",
+        ),
+    ),
+    Mutant(
+        "a head that learns pub/sub is refused keeps its offer until the refresh",
+        "aiolock/_turns.py",
+        "        if self.offering and self._head() is None:\n",
+        "        if False:\n",
+        (
+            "tests/test_turns.py::"
+            "test_a_head_that_learns_pubsub_is_refused_after_offering_withdraws_the_offer_at_once",
         ),
     ),
     Mutant(

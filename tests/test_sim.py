@@ -282,6 +282,8 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "offers-where-pubsub-refused",
         "head-holding-back-races-handoff",
         "subscription-confirmed-late",
+        "refused-offer-kept-till-refresh",
+        "refresh-keeps-old-offer",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

@@ -704,6 +704,41 @@ async def test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering(
         await holder.release()
 
 
+async def test_a_head_that_learns_pubsub_is_refused_after_offering_withdraws_the_offer_at_once(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the simulation's streak rule (seed 17592186151447, every node refusing
+    # pub/sub, no fault): a head joined the line before the refusals of its
+    # subscriptions came back, and offered to take grants. The refusals withdrew its
+    # offers only at the entry's next refresh (0.5 s later). Meanwhile the other
+    # process's release, at the end of its streak, granted the lock to that offer,
+    # heard nobody, undid the grant and took the process out of line: the other
+    # process, alone in line as its handoffs saw it, held the name 8 times in a row.
+    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)  # (a refresh withdraws it too)
+    offers = key(name) + ":turns:offers"
+    async with (
+        _pubsub_refused(clients, urls) as refused,
+        nemesis(urls) as net,
+        LockManager(refused) as holder_side,
+        LockManager(_as_refused(net.urls), node_timeout=0.05) as waiter_side,
+    ):
+        holder = holder_side.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        for proxy in net:  # the refusals come 0.3 s late; the head waits 0.1 s for them
+            proxy.delay_replies(0.3, links=lambda link: link.kind == "pubsub")
+        waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
+        waits = asyncio.create_task(waiter.acquire(timeout=20))
+        await in_line(clients, name, 1)
+        assert [await c.zcard(offers) for c in clients] == [1] * 5  # offered, unaware
+        await asyncio.sleep(0.8)
+        # Withdrawn once the refusals came (on the old code: at the refresh, 5 s on).
+        assert [await c.zcard(offers) for c in clients] == [0] * 5
+        assert not waits.done()
+        await holder.release()
+        assert await asyncio.wait_for(waits, 20)  # (it polls)
+        await waiter.release()
+
+
 async def test_where_pubsub_is_refused_a_process_that_gave_way_lets_the_one_named_try_first(
     urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

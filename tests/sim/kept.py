@@ -405,6 +405,21 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [2],
         "streak",
     ),
+    # From 2**44, focused on turns, no fault, every node refusing pub/sub (found by a
+    # search for the polling head's mutant below, and failing on main): p0's head
+    # joined the line, offering, before its subscriptions' refusals came back, and the
+    # offer stayed until the entry's refresh (0.5 s). p1's release at its streak's end
+    # granted the lock to it, heard nobody, undid it and took p0 out of line; p1,
+    # alone in line as its handoffs saw it, held the name 8 times in a row. Fixed: a
+    # head that polls withdraws such an offer before it tries. The same seed kills the
+    # refresh that keeps an old offer (which the withdrawal relies on).
+    (
+        "a head that learns pub/sub is refused keeps its offer until the refresh",
+        17592186151447,
+        [],
+        "streak",
+    ),
+    ("a turn queue refresh without an offer keeps the old one", 17592186151447, [], "streak"),
 ]
 
 
