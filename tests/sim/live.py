@@ -79,6 +79,8 @@ IDLE_LIMIT = 0.6
 #: attempt has failed and its process has joined the line (a round trip, under a
 #: millisecond without faults).
 JOINED_AFTER = 0.01
+#: A name's turn queue on the nodes (see Liveness.in_line).
+TURNS = b"aiolock:{%s}:turns"
 #: The most holdings of a name in a row by one process while another waits: its turn and
 #: 4 handoffs, and 2 more for the handoffs that may follow before the holder's process
 #: knows that another process is in line (each handoff tells it; before, its streak
@@ -136,6 +138,12 @@ class Liveness:
         self.last_held: dict[str, float] = {}
         #: name -> (process, its holdings in a row while another process waited)
         self.streaks: dict[str, tuple[int, int]] = {}
+        #: Where subscriptions are held back ("subscribe" faults), each process's
+        #: member in the turn queues (set by the workload; none: it waits out of line).
+        self.late = any(fault.kind == "subscribe" for fault in world.faults)
+        self.members: dict[int, bytes] = {}
+        #: There, the waits whose process was seen in line since they began.
+        self.joined: set[int] = set()
         #: name -> each node's expiry of its key at the last sample (node milliseconds;
         #: -inf: none, inf: no ttl): a key can expire between two commands
         self.expiries: dict[str, list[float]] = {}
@@ -165,6 +173,7 @@ class Liveness:
             return
         self.sample()
         del waits[wait]
+        self.joined.discard(wait)
 
     def held(self, name: str, process: int, *, waited: bool) -> None:
         """A holding of the lock ``name`` by ``process`` began; ``waited``: its acquire
@@ -180,8 +189,11 @@ class Liveness:
             self.given_back(name)
         dead = self.world.dead
         others = any(
-            p != process and p not in dead and now - since >= JOINED_AFTER
-            for since, p, _ in self.waits.get(name, {}).values()
+            p != process
+            and p not in dead
+            and now - since >= JOINED_AFTER
+            and (not self.late or p not in self.members or wait in self.joined)
+            for wait, (since, p, _) in self.waits.get(name, {}).items()
         )
         who, count = self.streaks.get(name, (process, 0))
         count = (count if who == process else 0) + (1 if others else 0)
@@ -193,6 +205,26 @@ class Liveness:
                 f"never free, while another process waited (at most {self.streak_limit}, "
                 f"{self._faults()})"
             )
+
+    def in_line(self, name: str, process: int) -> bool:
+        """Whether a quorum of nodes has ``process``'s entry in ``name``'s turn queue.
+
+        For "streak" where subscriptions are held back: a waiter of JOINED_AFTER has
+        joined the line elsewhere (a round trip), but there a head joins only once its
+        subscriptions are confirmed, or after 0.1 s (Waiting._subscribe's wait), and a
+        waiter that gives up sooner never does: its process waits out of line, which
+        the docs allow (seed 17592186244675: 0.02-s waits, subscriptions 0.3 s late).
+        There a wait counts once its process was seen in line (``joined``, sampled).
+        """
+        member = self.members[process]
+        world = self.world
+        key = TURNS % name.encode()
+        entries = 0
+        for node in world.nodes:
+            line = node.store.data.get(key)
+            if line is not None and node.ends(key) > world.now and member in line.scores:
+                entries += 1
+        return entries >= len(world.nodes) // 2 + 1
 
     def given_back(self, name: str) -> None:
         """A grant of ``name`` was given back (or a new streak begins): counted again."""
@@ -208,6 +240,10 @@ class Liveness:
         now = self.world.now
         for name in self.last_held.keys() | self.waits.keys():
             waits = self.waits.get(name, {})
+            if self.late:
+                for wait, (_since, p, _owner) in waits.items():
+                    if wait not in self.joined and p in self.members and self.in_line(name, p):
+                        self.joined.add(wait)
             if self._expired_since(name):
                 # Free on every node just before the command just run (which may have
                 # taken it): expired since the last sample, as no command ran between.

@@ -1050,6 +1050,8 @@ async def run_processes(world: World, cfg: Config, rec: Recorder, seed: int) -> 
                 engine = locks._engine
                 engine.turns = engine.grants = None
                 engine.waiting._turns = engine.waiting._grants = None
+            elif locks._engine.turns is not None:
+                rec.live.members[p] = locks._engine.turns.member  # (see Liveness.in_line)
             workers = [Worker(rec, locks, cfg, f"p{p}t{t}", seed) for t in range(cfg.tasks)]
             async with asyncio.TaskGroup() as group:
                 for w in workers:
