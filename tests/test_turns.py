@@ -474,11 +474,9 @@ async def test_a_release_that_finds_its_lock_expired_still_names_the_next_in_lin
 
     monkeypatch.setattr(aiolock._waiting.Waiting, "_on_message", deaf_to_shortening)
     async with LockManager(urls) as holder_side, LockManager(urls) as waiter_side:
-        holder = holder_side.lock(name, ttl=30, auto_renew=False)
-        assert await holder.acquire(timeout=0)
-        waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
-        waits = asyncio.create_task(waiter.acquire(timeout=10))
-        await in_line(clients, name, 1)  # its attempt failed: it sleeps until the PTTL
+        holder, waiter, waits = await _waiting_behind(
+            holder_side, waiter_side, clients, name, wait=10
+        )  # (its attempt failed: it sleeps until the PTTL)
         await holder.extend(0.2)
         await asyncio.sleep(0.5)  # expired on every node
         released = time.monotonic()
@@ -499,11 +497,9 @@ async def test_a_lock_shortened_and_left_to_expire_wakes_the_other_processes_wai
     # process had learnt the longer PTTL, and let it expire without releasing it. No
     # release announced it, and the waiter slept until that PTTL, the lock free.
     async with LockManager(urls) as holder_side, LockManager(urls) as waiter_side:
-        holder = holder_side.lock(name, ttl=30, auto_renew=False)
-        assert await holder.acquire(timeout=0)
-        waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
-        waits = asyncio.create_task(waiter.acquire(timeout=10))
-        await in_line(clients, name, 1)  # its attempt failed: it sleeps until the PTTL
+        holder, waiter, waits = await _waiting_behind(
+            holder_side, waiter_side, clients, name, wait=10
+        )  # (its attempt failed: it sleeps until the PTTL)
         shortened = time.monotonic()
         await holder.extend(0.3)  # and never released: it expires
         # The waiter learns the shorter PTTL and takes the lock once it expired: not
@@ -688,11 +684,7 @@ async def test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering(
         LockManager(limited) as holder_side,
         LockManager(limited) as waiter_side,
     ):
-        holder = holder_side.lock(name, ttl=30, auto_renew=False)
-        assert await holder.acquire(timeout=0)
-        waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
-        waits = asyncio.create_task(waiter.acquire(timeout=20))
-        await in_line(clients, name, 1)
+        holder, _, waits = await _waiting_behind(holder_side, waiter_side, clients, name)
         assert [await c.zcard(offers) for c in clients] == [1] * 5  # offered, unaware
         learnt = True
         await asyncio.sleep(aiolock._turns.REFRESH * 1.5)  # its entry refreshed since
@@ -722,13 +714,9 @@ async def test_a_head_that_learns_pubsub_is_refused_after_offering_withdraws_the
         LockManager(refused) as holder_side,
         LockManager(_as_refused(net.urls), node_timeout=0.05) as waiter_side,
     ):
-        holder = holder_side.lock(name, ttl=30, auto_renew=False)
-        assert await holder.acquire(timeout=0)
         for proxy in net:  # the refusals come 0.3 s late; the head waits 0.1 s for them
             proxy.delay_replies(0.3, links=lambda link: link.kind == "pubsub")
-        waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
-        waits = asyncio.create_task(waiter.acquire(timeout=20))
-        await in_line(clients, name, 1)
+        holder, waiter, waits = await _waiting_behind(holder_side, waiter_side, clients, name)
         assert [await c.zcard(offers) for c in clients] == [1] * 5  # offered, unaware
         await asyncio.sleep(0.8)
         # Withdrawn once the refusals came (on the old code: at the refresh, 5 s on).
@@ -839,6 +827,24 @@ async def _pubsub_refused(clients: list[redis.Redis], urls: list[str]) -> AsyncI
     finally:
         for client in clients:
             await client.execute_command("ACL", "DELUSER", "aiolock")
+
+
+async def _waiting_behind(
+    holder_side: LockManager,
+    waiter_side: LockManager,
+    clients: list[redis.Redis],
+    name: str,
+    *,
+    wait: float = 20,
+) -> tuple[aiolock.Lock, aiolock.Lock, asyncio.Task[bool]]:
+    """A 30-s lock held through ``holder_side``, and a waiter of ``waiter_side`` for it
+    (``wait`` s), in line; returns both handles and the waiter's acquire."""
+    holder = holder_side.lock(name, ttl=30, auto_renew=False)
+    assert await holder.acquire(timeout=0)
+    waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
+    waits = asyncio.create_task(waiter.acquire(timeout=wait))
+    await in_line(clients, name, 1)
+    return holder, waiter, waits
 
 
 def _as_refused(urls: list[str]) -> list[str]:

@@ -47,6 +47,7 @@ from .world import (
     Fault,
     World,
     current_process,
+    only_late_subscriptions,
     virtual_process,
 )
 
@@ -93,7 +94,7 @@ def make_memories(seed: int, faults: list[Fault]) -> dict[str, int]:
     ``faults``: the schedule's, all of them (from LIVE_FROM on, a schedule without
     faults, or with late subscriptions only, keeps the real sizes: the liveness rules
     apply there)."""
-    if seed < LATE_FROM or (seed >= LIVE_FROM and all(f.kind == "subscribe" for f in faults)):
+    if seed < LATE_FROM or (seed >= LIVE_FROM and only_late_subscriptions(faults)):
         return {}
     rng = random.Random(f"memories-{seed}")
     if rng.random() < 0.5:
@@ -495,7 +496,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         *rec.resting,
         *(
             lost_without_a_fault(rec.holdings, rec.counts)
-            if rec.live.on and all(fault.kind == "subscribe" for fault in faults)
+            if rec.live.on and only_late_subscriptions(faults)
             else []
         ),
         *(

@@ -670,6 +670,12 @@ class Fault:
         return f"{self.at:8.4f} {self.kind} {extra}"
 
 
+def only_late_subscriptions(faults: Sequence[Fault]) -> bool:
+    """Whether ``faults`` are none, or late subscriptions only: a run without faults
+    for the memories' sizes and the "kept held" rule (see SUBSCRIBE_LATE_FROM)."""
+    return all(fault.kind == "subscribe" for fault in faults)
+
+
 def excusing(faults: Sequence[Fault]) -> bool:
     """Whether ``faults`` excuse a wait or a loss (live.py): any but deaths and late
     subscriptions, which the library makes up for."""
