@@ -267,10 +267,14 @@ class Lock(BaseHandle):
         if votes.won and self._hold is hold and (hold.ended or self.remaining() > 0.0):
             return  # (ended: our own release, sent after it, is on its way)
         if votes.rejected:
-            await self._drop()
-            raise LockNotOwned(
+            gone = LockNotOwned(
                 f"{self._what} was not held any more on a majority of nodes (taken over or deleted)"
             )
+            if self._renewal is not None and self._hold is hold:  # the body is told, even
+                # if a deadline of the caller's swallows ``gone`` (seed 17592226047226)
+                self._renewal.declare_lost("the key is gone or held by another token", gone)
+            await self._drop()
+            raise gone
         raise engine.quorum_error(f"extend of {self._what}", votes)
 
     # -- handing over ------------------------------------------------------------------
