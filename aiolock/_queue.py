@@ -35,6 +35,7 @@ class Queue:
         "entries",
         "entry",
         "gave_way",
+        "grants",
         "listeners",
         "local_streak",
         "promised",
@@ -69,6 +70,14 @@ class Queue:
         self.takers: dict[asyncio.Future[float | None], Taker] = {}
         # Our place in the name's turn queue on the nodes (a plain lock's; see _turns).
         self.entry: Entry | None = None
+        # Our subscription to the grants of the name, one confirmation per node (None:
+        # not subscribed).
+        self.grants: list[asyncio.Future[None]] | None = None
+
+    def hear_grants(self, channel: bytes, subscribers: Sequence[Listener]) -> None:
+        """Subscribe to ``channel``, the grants to us, on every node (once; not polling)."""
+        if self.grants is None and not self.polling():
+            self.grants = [subscriber.subscribe(channel) for subscriber in subscribers]
 
     def polling(self) -> bool:
         """A node we listen on refused pub/sub: our heads poll (see Waiting.acquire)."""

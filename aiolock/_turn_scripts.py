@@ -7,7 +7,9 @@ On each node a name's turn queue is three sorted sets, all with the name's hash 
 ``<key>:turns`` (member -> place), ``<key>:turns:live`` (member -> when the entry
 expires, server ms) and ``<key>:turns:offers`` (place -> the member's offer: the token
 and ttl its head would take the lock with, as ``"member seq ttl retention at token"``,
-``at`` the server's ms when the offer arrived).
+``at`` the server's ms when the offer arrived; ``seq`` ends in ``*`` when the offer is
+tentative, see ``RELEASE_TURN``: an older client's release, which reads digits only,
+passes such an offer by and names its process instead).
 """
 
 from __future__ import annotations
@@ -62,7 +64,10 @@ redis.call('pexpire', KEYS[%(k)d], ARGV[%(l)d])
 # as an acquire would; the grant is published to that process alone. Nobody else hears
 # of the release: the lock is not free. A grant nobody receives (the process is gone:
 # its connections closed) is undone, the process taken out of line, and every waiter
-# may try. Each offer is used once.
+# may try; a *tentative* offer's (its sequence number ends in ``*``: sent before
+# every node confirmed the process's subscription to its grants, so the node may not
+# have it yet) is undone too, but the process stays in line (seed 17592196048300).
+# Each offer is used once.
 # KEYS[1] lock key, KEYS[2] its fencing counter, KEYS[3] the turn queue, KEYS[4] the
 #         entries' expiries, KEYS[5] the offers
 # ARGV[1] token, ARGV[2] the releaser's clock in microseconds (the fencing floor, see
@@ -118,8 +123,8 @@ if redis.call('zcard', KEYS[3]) > 0 then
     if #after > 0 then
         turn = after[1]
         for _, offer in ipairs(redis.call('zrangebyscore', KEYS[5], after[2], after[2])) do
-            local member, seq, ttl, retention, at, token =
-                string.match(offer, '^(%S+) (%d+) (%d+) (%d+) (%d+) (.*)$')
+            local member, seq, tentative, ttl, retention, at, token =
+                string.match(offer, '^(%S+) (%d+)(%*?) (%d+) (%d+) (%d+) (.*)$')
             if member == turn and turn ~= ARGV[5] then
                 redis.call('zrem', KEYS[5], offer)
                 local left = tonumber(at) + tonumber(ttl) - now
@@ -133,8 +138,10 @@ if redis.call('zcard', KEYS[3]) > 0 then
                         return released
                     end
                     redis.call('del', KEYS[1])
-                    redis.call('zrem', KEYS[3], turn)
-                    redis.call('zrem', KEYS[4], turn)
+                    if tentative == '' then
+                        redis.call('zrem', KEYS[3], turn)
+                        redis.call('zrem', KEYS[4], turn)
+                    end
                     turn = ''
                 end
                 break

@@ -43,7 +43,7 @@ import os
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
 from ._fencing import fence_retention
@@ -92,16 +92,30 @@ class Turns:
         self._seq = 0
         self._offers: OrderedDict[tuple[bytes, int], Offer] = OrderedDict()
 
-    def join(self, key: bytes, wake: Callable[[], None], head: Callable[[], Taker | None]) -> Entry:
-        """Join the turn queue of ``key`` (``wake``, ``head``: our local queue's head)."""
-        return Entry(self, key, wake, head)
+    def join(
+        self,
+        key: bytes,
+        wake: Callable[[], None],
+        head: Callable[[], Taker | None],
+        confirmed: Sequence[asyncio.Future[None]] = (),
+    ) -> Entry:
+        """Join the turn queue of ``key``.
 
-    def offer(self, key: bytes, taker: Taker | None) -> tuple[bytes, ...]:
+        ``wake``, ``head``: our local queue's wake-up and head; ``confirmed``: done
+        once each node confirmed our subscription to the grants.
+        """
+        return Entry(self, key, wake, head, confirmed)
+
+    def offer(
+        self, key: bytes, taker: Taker | None, *, tentative: bool = False
+    ) -> tuple[bytes, ...]:
         """The arguments of ``taker``'s offer for ``key`` (none: no taker), noted as sent now.
 
         Sequence number, ttl and fencing counter retention in ms, token (see
         ``RELEASE_TURN``): a grant names the sequence number, which tells us the token
-        and when it was sent.
+        and when it was sent. ``tentative``: a node may not have our subscription to
+        the grants yet; its grant, unheard, then keeps us in line (the number ends in
+        ``*``).
         """
         if taker is None:
             return ()
@@ -110,7 +124,8 @@ class Turns:
         if len(self._offers) > _OFFERS_KEPT:
             self._offers.popitem(last=False)
         ttl, retention = milliseconds(taker.ttl), milliseconds(fence_retention(taker.ttl))
-        return (b"%d" % self._seq, b"%d" % ttl, b"%d" % retention, taker.token)
+        seq = b"%d*" % self._seq if tentative else b"%d" % self._seq
+        return (seq, b"%d" % ttl, b"%d" % retention, taker.token)
 
     def offered(self, key: bytes, seq: int) -> Offer | None:
         """The offer for ``key`` with sequence number ``seq``, if we sent it."""
@@ -121,6 +136,7 @@ class Entry:
     """A manager's entry in one name's turn queue, while it has waiters."""
 
     __slots__ = (
+        "_confirmed",
         "_fallback",
         "_head",
         "_join_args",
@@ -128,6 +144,7 @@ class Entry:
         "_keys",
         "_life",
         "_refresh",
+        "_tentative",
         "_turns",
         "_wake",
         "named",
@@ -141,10 +158,12 @@ class Entry:
         key: bytes,
         wake: Callable[[], None],
         head: Callable[[], Taker | None],
+        confirmed: Sequence[asyncio.Future[None]],
     ) -> None:
         self._turns = turns
         self._wake = wake
         self._head = head
+        self._confirmed = confirmed
         self._key = key
         self._keys = (b"3", *turn_keys(key))
         #: Where we are in line: our clock when we joined, in microseconds (a float
@@ -157,14 +176,42 @@ class Entry:
         self._refresh: asyncio.TimerHandle | None = None
         #: A release named us and none of our waiters has taken the lock since.
         self.named = False
-        #: What we last sent carried an offer (see withdraw).
-        self.offering = False
+        #: What we last sent carried an offer (see withdraw); a tentative one.
+        self.offering = self._tentative = False
         self._send_join()
+        for confirmation in confirmed:
+            if not confirmation.done():
+                confirmation.add_done_callback(self._on_confirmed)
+
+    def _offer(self) -> tuple[bytes, ...]:
+        """Our head's offer: tentative until every node confirmed our subscription.
+
+        Our subscription to the grants goes out before our first attempt, but a node
+        may not have it yet when we offer: a grant published before it is in place is
+        heard by nobody, and would take us out of line as if we were gone (seed
+        17592196048300).
+        """
+        tentative = not self._offer_is_firm()
+        offer = self._turns.offer(self._key, self._head(), tentative=tentative)
+        self.offering, self._tentative = bool(offer), tentative and bool(offer)
+        return offer
+
+    def _on_confirmed(self, _confirmation: asyncio.Future[None]) -> None:
+        """A node confirmed our subscription to the grants: make a tentative offer firm.
+
+        Once every node has, at once, not at the next refresh: a process killed in
+        between is then taken out of line by the first grant it cannot hear.
+        """
+        if self._tentative and self._refresh is not None and self._offer_is_firm():
+            self._refresh.cancel()
+            self._send_join()
+
+    def _offer_is_firm(self) -> bool:
+        return all(c.done() for c in self._confirmed)
 
     def _send_join(self) -> None:
         turns = self._turns
-        offer = turns.offer(self._key, self._head())
-        self.offering = bool(offer)
+        offer = self._offer()
         turns.broadcast(TURN_JOIN_SCRIPT, (*self._join_args, *offer))
         loop = asyncio.get_running_loop()
         self._refresh = loop.call_later(REFRESH, self._send_join)
@@ -188,10 +235,8 @@ class Entry:
         How long the queue's keys live, our place and member, and our head's offer
         (sent with the release, the freshest there is).
         """
-        turns = self._turns
-        offer = turns.offer(self._key, self._head())
-        self.offering = bool(offer)  # (without one, RELEASE_TURN takes ours out)
-        return (self._life, self.place, turns.member, *offer)
+        offer = self._offer()  # (without one, RELEASE_TURN takes ours out)
+        return (self._life, self.place, self._turns.member, *offer)
 
     def heard(self, message: bytes) -> bool:
         """Whether a release ``message`` (not ``NOT_FREE``) lets our head try now.

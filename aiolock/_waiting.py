@@ -263,7 +263,7 @@ class Waiting:
             # Not None: the previous head of ours holds it; its release wakes us.
             wait_first = (hint := turn.result()) is not None
             if not queue.subscribed:
-                await self._subscribe(queue)
+                await self._subscribe(queue, None if offer is None else key)
             if offer is not None and queue.entry is None and self._turns is not None:
                 # (Not only after subscribing: a head cancelled meanwhile left it to us.)
                 self._join(key, queue)
@@ -340,7 +340,6 @@ class Waiting:
         del self._queues[key]
         self._streaks.keep(key, queue)  # the lock may stay with us: its streak goes on
         # Named by a release, and no waiter of ours took the lock: it is free for all.
-        in_line = queue.entry is not None
         unused_turn = queue.entry is not None and queue.entry.close()
         for channel in queue.channels:
             del self._by_channel[channel]
@@ -352,44 +351,46 @@ class Waiting:
             for subscriber in queue.listeners:
                 for channel in queue.channels:
                     subscriber.unsubscribe(channel)
-        if in_line and self._turns is not None:  # grants to us were heard (see _join)
+        if queue.grants is not None and self._turns is not None:
             for subscriber in self._subscribers:
                 subscriber.unsubscribe(grant_channel(key, self._turns.member))
 
     def _join(self, key: bytes, queue: Queue) -> None:
         """Join ``key``'s turn queue; take grants (_grants.py) unless pub/sub is refused."""
         assert self._turns is not None  # noqa: S101
-        for subscriber in self._subscribers if not queue.polling() else ():
-            subscriber.subscribe(grant_channel(key, self._turns.member))
+        queue.hear_grants(grant_channel(key, self._turns.member), self._subscribers)
 
         def head() -> Taker | None:  # (read at each offer: a refusal may come after we
             # joined, and a grant nobody can hear takes us out of line: seed 4398046823285)
             polling = queue.polling()
             return queue.takers.get(queue.entries[0]) if queue.entries and not polling else None
 
-        queue.entry = self._turns.join(key, queue.wake.set, head)
+        queue.entry = self._turns.join(key, queue.wake.set, head, queue.grants or ())
 
     def _listeners(self, key: bytes) -> list[Listener]:
         """The ``n - quorum + 1`` nodes a queue for ``key`` listens on (see ``listening``)."""
         return listening(self._subscribers, key)
 
-    async def _subscribe(self, queue: Queue) -> None:
+    async def _subscribe(self, queue: Queue, grants: bytes | None) -> None:
         """Subscribe on the queue's nodes; wait (briefly) for the confirmations.
 
         The attempt that follows must not miss a release that happens after it
         failed, so the subscription should be in place first; a node that confirms
         later wakes the head when it does (a release may have gone unheard meanwhile).
+        With ``grants`` (our key, when we offer to take them), to the grants to us too,
+        on every node, not waited for (one slow node would hold every wait up): their
+        confirmations are normally in by our offer, which is firm only then (Entry._offer).
         """
         queue.subscribed = True
-        confirmations = [
-            s.subscribe(channel) for s in queue.listeners for channel in queue.channels
-        ]
-        pending = [c for c in confirmations if not c.done()]
+        confirmations = [s.subscribe(c) for s in queue.listeners for c in queue.channels]
+        if grants is not None and self._turns is not None:
+            queue.hear_grants(grant_channel(grants, self._turns.member), self._subscribers)
+        pending = [c for c in confirmations if not c.done()]  # (not the grants': see above)
         if pending:
             await asyncio.wait(pending, timeout=self._confirm_timeout)
             # Confirmed only after the attempt that follows: a release in between went
             # unheard, so the head tries again then (not at the holder's expiry).
-            for late in pending:
+            for late in confirmations:
                 if not late.done():
                     late.add_done_callback(lambda _done: queue.wake.set())
 

@@ -798,6 +798,57 @@ MUTANTS = [
             "test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_streak",
         ),
     ),
+    Mutant(
+        "a grant unheard by a process whose subscription was not in place takes it out of line",
+        "aiolock/_turn_scripts.py",
+        "                    if tentative == '' then\n",
+        "                    if true then\n",
+        (
+            "tests/test_turns.py::"
+            "test_a_grant_unheard_because_our_subscription_is_not_in_place_yet_keeps_us_in_line",
+        ),
+    ),
+    Mutant(
+        "a process offers firmly before its subscriptions to the grants are confirmed",
+        "aiolock/_turns.py",
+        "        tentative = not self._offer_is_firm()\n",
+        "        tentative = False\n",
+        (
+            "tests/test_turns.py::"
+            "test_a_grant_unheard_because_our_subscription_is_not_in_place_yet_keeps_us_in_line",
+        ),
+    ),
+    Mutant(
+        "a head subscribes to the grants only as it joins the line, with its offer",
+        "aiolock/_waiting.py",
+        "        if grants is not None and self._turns is not None:\n",
+        "        if False:\n",
+        (
+            "tests/test_turns.py::"
+            "test_a_process_whose_subscriptions_are_in_place_joins_once_with_a_firm_offer",
+        ),
+    ),
+    Mutant(
+        "a tentative offer stays tentative until the entry's next refresh",
+        "aiolock/_turns.py",
+        "        if self._tentative and self._refresh is not None and self._offer_is_firm():\n",
+        "        if False:\n",
+        (
+            "tests/test_turns.py::"
+            "test_a_tentative_offer_is_made_firm_as_soon_as_every_node_confirms",
+        ),
+    ),
+    Mutant(
+        "an extend() that finds the lock gone on a majority stops its renewal untold",
+        "aiolock/_lock.py",
+        "                self._renewal.declare_lost("
+        '"the key is gone or held by another token", gone)\n',
+        "                pass\n",
+        (
+            "tests/test_renewal.py::"
+            "test_an_extend_that_finds_the_lock_gone_on_a_majority_cancels_the_renewed_body",
+        ),
+    ),
 ]
 
 

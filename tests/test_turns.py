@@ -51,7 +51,7 @@ def naming_only(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
     Returns the environment for worker processes that do the same.
     """
-    monkeypatch.setattr(aiolock._turns.Turns, "offer", lambda _self, _key, _taker: ())
+    monkeypatch.setattr(aiolock._turns.Turns, "offer", lambda _self, _key, _taker, **_: ())
     return {**os.environ, "AIOLOCK_TEST_NO_OFFERS": "1"}
 
 
@@ -548,8 +548,8 @@ async def test_a_head_cancelled_while_subscribing_leaves_its_place_in_line_to_th
         subscribe = waiting._subscribe
         gate = asyncio.Event()
 
-        async def slow_subscribe(queue: Any) -> None:
-            await subscribe(queue)
+        async def slow_subscribe(queue: Any, grants: bytes | None) -> None:
+            await subscribe(queue, grants)
             await gate.wait()  # the first head is cancelled here, before it joins
 
         waiting._subscribe = slow_subscribe  # type: ignore[method-assign]
@@ -725,6 +725,123 @@ async def test_a_head_that_learns_pubsub_is_refused_after_offering_withdraws_the
         await holder.release()
         assert await asyncio.wait_for(waits, 20)  # (it polls)
         await waiter.release()
+
+
+async def test_a_grant_unheard_because_our_subscription_is_not_in_place_yet_keeps_us_in_line(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the simulation's streak rule (seed 17592196048300, subscriptions held
+    # back, no message lost): a process offered in the same instant it subscribed to
+    # its grants. A release granted the lock to the offer before the nodes had that
+    # subscription: nobody heard it, so it was undone and the process taken out of
+    # line, as a dead one is; the other process, alone in line as its handoffs saw
+    # it, then held the name 8 times in a row. An offer sent before every node
+    # confirmed the subscription is tentative: its grant, unheard, is undone, but the
+    # process stays in line.
+    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)  # (a refresh puts it back too)
+    turns = key(name) + ":turns"
+
+    def grants(words: Any) -> bool:
+        return words[0].upper() == b"SUBSCRIBE" and any(b":turn:" in w for w in words[1:])
+
+    async with (
+        nemesis(urls) as net,
+        LockManager(urls) as holder_side,
+        LockManager(net.urls, node_timeout=0.05) as waiter_side,
+    ):
+        # A wait for another name keeps the pub/sub connections open: each channel
+        # below is then subscribed by a command of its own.
+        _, _, elsewhere = await _waiting_behind(holder_side, waiter_side, clients, name + "-x")
+        for proxy in net:  # the grants' subscriptions do not get through (yet)
+            proxy.hold(grants, math.inf)
+        holder, first, first_waits = await _waiting_behind(holder_side, waiter_side, clients, name)
+        second = waiter_side.lock(name, ttl=30, auto_renew=False)
+        second_waits = asyncio.create_task(second.acquire(timeout=20))
+        offers = [await c.zrange(turns + ":offers", 0, -1) for c in clients]
+        assert all(len(o) == 1 and o[0].split(b" ")[1].endswith(b"*") for o in offers), offers
+        member = waiter_side._engine.turns.member  # type: ignore[union-attr]
+        await holder.release()  # grants to the offer: nobody hears it, undone
+        assert await asyncio.wait_for(first_waits, 20)  # (the release let all try)
+        # Still in line on every node (on the old code: taken out of every line,
+        # until its refresh).
+        assert [await c.zrange(turns, 0, -1) for c in clients] == [[member]] * 5
+        for proxy in net:
+            proxy.clear()
+            proxy.flush()
+        await first.release()
+        assert await asyncio.wait_for(second_waits, 20)
+        await second.release()
+        elsewhere.cancel()
+
+
+def _joins(manager: LockManager) -> list[tuple[bytes, ...]]:
+    """The offers of the ``TURN_JOIN`` s that ``manager`` sends (empty: without one)."""
+    turns = manager._engine.turns
+    assert turns is not None
+    broadcast = turns.broadcast
+    sent: list[tuple[bytes, ...]] = []
+
+    def recorded(script: Any, args: tuple[bytes, ...]) -> None:
+        if script is aiolock._turns.TURN_JOIN_SCRIPT:
+            sent.append(args[6:])
+        broadcast(script, args)
+
+    turns.broadcast = recorded
+    return sent
+
+
+async def test_a_process_whose_subscriptions_are_in_place_joins_once_with_a_firm_offer(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    # The subscription to the grants goes out with the release channels, before the
+    # first attempt: by the time the process joins, every node has confirmed it, and
+    # the offer is firm from its first TURN_JOIN (one script per node, as before the
+    # fix for seed 17592196048300; subscribed as it joined, it would be tentative and
+    # sent again once confirmed).
+    async with LockManager(urls) as holder_side, LockManager(urls) as waiter_side:
+        # (Its pub/sub connections open first: on new ones the confirmations may come
+        # after the join, and the offer is made firm then.)
+        _, _, elsewhere = await _waiting_behind(holder_side, waiter_side, clients, name + "-x")
+        joins = _joins(waiter_side)
+        holder, waiter, waits = await _waiting_behind(holder_side, waiter_side, clients, name)
+        assert len(joins) == 1, joins
+        assert not joins[0][0].endswith(b"*"), joins
+        await holder.release()
+        assert await asyncio.wait_for(waits, 20)
+        await waiter.release()
+        elsewhere.cancel()
+
+
+async def test_a_tentative_offer_is_made_firm_as_soon_as_every_node_confirms(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A tentative offer (see above) waits for no refresh: once the last node confirms
+    # the subscription, the process sends its entry again with the offer firm, so that
+    # a process killed in between is taken out of line by a grant it cannot hear.
+    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)
+    offers = key(name) + ":turns:offers"
+
+    def grants(words: Any) -> bool:
+        return words[0].upper() == b"SUBSCRIBE" and any(b":turn:" in w for w in words[1:])
+
+    async with (
+        nemesis(urls) as net,
+        LockManager(urls) as holder_side,
+        LockManager(net.urls, node_timeout=0.05) as waiter_side,
+    ):
+        _, _, elsewhere = await _waiting_behind(holder_side, waiter_side, clients, name + "-x")
+        net[2].hold(grants, 0.3)  # one node confirms 0.3 s late
+        holder, waiter, waits = await _waiting_behind(holder_side, waiter_side, clients, name)
+        seqs = [(await c.zrange(offers, 0, -1))[0].split(b" ")[1] for c in clients]
+        assert all(seq.endswith(b"*") for seq in seqs), seqs
+        await asyncio.sleep(0.6)
+        # Firm on every node (on the old code: tentative until the refresh, 5 s on).
+        seqs = [(await c.zrange(offers, 0, -1))[0].split(b" ")[1] for c in clients]
+        assert not any(seq.endswith(b"*") for seq in seqs), seqs
+        await holder.release()
+        assert await asyncio.wait_for(waits, 20)
+        await waiter.release()
+        elsewhere.cancel()
 
 
 async def test_where_pubsub_is_refused_a_process_that_gave_way_lets_the_one_named_try_first(

@@ -22,7 +22,7 @@ import aiolock._turns
 from aiolock import LockManager
 
 if os.environ.get("AIOLOCK_TEST_NO_OFFERS") == "1":
-    aiolock._turns.Turns.offer = lambda _self, _key, _taker: ()  # type: ignore[method-assign]
+    aiolock._turns.Turns.offer = lambda _self, _key, _taker, **_: ()  # type: ignore[method-assign]
 
 
 async def main(name: str, tasks: int, urls: list[str]) -> None:
