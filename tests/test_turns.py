@@ -844,6 +844,45 @@ async def test_a_tentative_offer_is_made_firm_as_soon_as_every_node_confirms(
         elsewhere.cancel()
 
 
+async def test_a_head_whose_pubsub_is_refused_after_its_offer_was_firm_withdraws_it(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As above, but pub/sub is refused only after the offer was made firm (an ACL
+    # changed, the pub/sub connections dropped): no confirmation is pending any more
+    # to send the entry again, and the head withdraws the offer before its attempt.
+    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)
+    offers = key(name) + ":turns:offers"
+    for client in clients:
+        await client.execute_command("ACL", "SETUSER", "aiolock", *MINIMAL_ACL.split())
+    try:
+        async with (
+            nemesis(urls) as net,
+            LockManager(urls) as holder_side,
+            LockManager(_as_refused(net.urls), node_timeout=0.05) as waiter_side,
+        ):
+            holder, waiter, waits = await _waiting_behind(holder_side, waiter_side, clients, name)
+            await asyncio.sleep(0.2)  # (confirmed: firm)
+            seqs = [(await c.zrange(offers, 0, -1))[0].split(b" ")[1] for c in clients]
+            assert not any(seq.endswith(b"*") for seq in seqs), seqs
+            for client in clients:
+                await client.execute_command("ACL", "SETUSER", "aiolock", "-subscribe")
+            for proxy in net:
+                for link in proxy.links:
+                    if link.kind == "pubsub" and not link.closed:
+                        link.drop()
+            await asyncio.sleep(0.8)
+            # Withdrawn at the head's attempt after the refusal (on the old code: at the
+            # refresh, 5 s on).
+            assert [await c.zcard(offers) for c in clients] == [0] * 5
+            assert not waits.done()
+            await holder.release()
+            assert await asyncio.wait_for(waits, 20)  # (it polls)
+            await waiter.release()
+    finally:
+        for client in clients:
+            await client.execute_command("ACL", "DELUSER", "aiolock")
+
+
 async def test_where_pubsub_is_refused_a_process_that_gave_way_lets_the_one_named_try_first(
     urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
