@@ -825,10 +825,7 @@ MUTANTS = [
         "aiolock/_waiting.py",
         "        if grants is not None and self._turns is not None:\n",
         "        if False:\n",
-        (
-            "tests/test_turns.py::"
-            "test_a_process_whose_subscriptions_are_in_place_joins_once_with_a_firm_offer",
-        ),
+        ("tests/test_turns.py::test_a_process_subscribes_to_its_grants_before_it_joins_the_line",),
     ),
     Mutant(
         "a tentative offer stays tentative until the entry's next refresh",

@@ -774,42 +774,30 @@ async def test_a_grant_unheard_because_our_subscription_is_not_in_place_yet_keep
         elsewhere.cancel()
 
 
-def _joins(manager: LockManager) -> list[tuple[bytes, ...]]:
-    """The offers of the ``TURN_JOIN`` s that ``manager`` sends (empty: without one)."""
-    turns = manager._engine.turns
-    assert turns is not None
-    broadcast = turns.broadcast
-    sent: list[tuple[bytes, ...]] = []
-
-    def recorded(script: Any, args: tuple[bytes, ...]) -> None:
-        if script is aiolock._turns.TURN_JOIN_SCRIPT:
-            sent.append(args[6:])
-        broadcast(script, args)
-
-    turns.broadcast = recorded
-    return sent
-
-
-async def test_a_process_whose_subscriptions_are_in_place_joins_once_with_a_firm_offer(
+async def test_a_process_subscribes_to_its_grants_before_it_joins_the_line(
     urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:
     # The subscription to the grants goes out with the release channels, before the
-    # first attempt: by the time the process joins, every node has confirmed it, and
-    # the offer is firm from its first TURN_JOIN (one script per node, as before the
-    # fix for seed 17592196048300; subscribed as it joined, it would be tentative and
-    # sent again once confirmed).
+    # wait for their confirmations and the head's first attempt, so that every node
+    # normally has it by the time the process joins: its first TURN_JOIN then carries a
+    # firm offer (one script per node, as before the fix for seed 17592196048300).
+    # Subscribed only as it joined, its offer would be tentative every time, and sent
+    # again once confirmed.
     async with LockManager(urls) as holder_side, LockManager(urls) as waiter_side:
-        # (Its pub/sub connections open first: on new ones the confirmations may come
-        # after the join, and the offer is made firm then.)
-        _, _, elsewhere = await _waiting_behind(holder_side, waiter_side, clients, name + "-x")
-        joins = _joins(waiter_side)
+        waiting = waiter_side._engine.waiting
+        join = waiting._join
+        subscribed: list[bool] = []  # as it joins: already subscribed to the grants?
+
+        def noted(lock_key: bytes, queue: Any) -> None:
+            subscribed.append(queue.grants is not None)
+            join(lock_key, queue)
+
+        waiting._join = noted  # type: ignore[method-assign]
         holder, waiter, waits = await _waiting_behind(holder_side, waiter_side, clients, name)
-        assert len(joins) == 1, joins
-        assert not joins[0][0].endswith(b"*"), joins
+        assert subscribed == [True], subscribed
         await holder.release()
         assert await asyncio.wait_for(waits, 20)
         await waiter.release()
-        elsewhere.cancel()
 
 
 async def test_a_tentative_offer_is_made_firm_as_soon_as_every_node_confirms(
@@ -861,9 +849,13 @@ async def test_a_head_whose_pubsub_is_refused_after_its_offer_was_firm_withdraws
             LockManager(_as_refused(net.urls), node_timeout=0.05) as waiter_side,
         ):
             holder, waiter, waits = await _waiting_behind(holder_side, waiter_side, clients, name)
-            await asyncio.sleep(0.2)  # (confirmed: firm)
-            seqs = [(await c.zrange(offers, 0, -1))[0].split(b" ")[1] for c in clients]
-            assert not any(seq.endswith(b"*") for seq in seqs), seqs
+            deadline = time.monotonic() + 5  # confirmed everywhere: firm
+            while True:
+                seqs = [(await c.zrange(offers, 0, -1))[0].split(b" ")[1] for c in clients]
+                if not any(seq.endswith(b"*") for seq in seqs):
+                    break
+                assert time.monotonic() < deadline, seqs
+                await asyncio.sleep(0.01)
             for client in clients:
                 await client.execute_command("ACL", "SETUSER", "aiolock", "-subscribe")
             for proxy in net:
