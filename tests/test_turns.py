@@ -741,9 +741,6 @@ async def test_a_grant_unheard_because_our_subscription_is_not_in_place_yet_keep
     monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)  # (a refresh puts it back too)
     turns = key(name) + ":turns"
 
-    def grants(words: Any) -> bool:
-        return words[0].upper() == b"SUBSCRIBE" and any(b":turn:" in w for w in words[1:])
-
     async with (
         nemesis(urls) as net,
         LockManager(urls) as holder_side,
@@ -753,7 +750,7 @@ async def test_a_grant_unheard_because_our_subscription_is_not_in_place_yet_keep
         # below is then subscribed by a command of its own.
         _, _, elsewhere = await _waiting_behind(holder_side, waiter_side, clients, name + "-x")
         for proxy in net:  # the grants' subscriptions do not get through (yet)
-            proxy.hold(grants, math.inf)
+            proxy.hold(_grant_subscription, math.inf)
         holder, first, first_waits = await _waiting_behind(holder_side, waiter_side, clients, name)
         second = waiter_side.lock(name, ttl=30, auto_renew=False)
         second_waits = asyncio.create_task(second.acquire(timeout=20))
@@ -807,24 +804,19 @@ async def test_a_tentative_offer_is_made_firm_as_soon_as_every_node_confirms(
     # the subscription, the process sends its entry again with the offer firm, so that
     # a process killed in between is taken out of line by a grant it cannot hear.
     monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)
-    offers = key(name) + ":turns:offers"
-
-    def grants(words: Any) -> bool:
-        return words[0].upper() == b"SUBSCRIBE" and any(b":turn:" in w for w in words[1:])
-
     async with (
         nemesis(urls) as net,
         LockManager(urls) as holder_side,
         LockManager(net.urls, node_timeout=0.05) as waiter_side,
     ):
         _, _, elsewhere = await _waiting_behind(holder_side, waiter_side, clients, name + "-x")
-        net[2].hold(grants, 0.3)  # one node confirms 0.3 s late
+        net[2].hold(_grant_subscription, 0.3)  # one node confirms 0.3 s late
         holder, waiter, waits = await _waiting_behind(holder_side, waiter_side, clients, name)
-        seqs = [(await c.zrange(offers, 0, -1))[0].split(b" ")[1] for c in clients]
+        seqs = await _offer_seqs(clients, name)
         assert all(seq.endswith(b"*") for seq in seqs), seqs
         await asyncio.sleep(0.6)
         # Firm on every node (on the old code: tentative until the refresh, 5 s on).
-        seqs = [(await c.zrange(offers, 0, -1))[0].split(b" ")[1] for c in clients]
+        seqs = await _offer_seqs(clients, name)
         assert not any(seq.endswith(b"*") for seq in seqs), seqs
         await holder.release()
         assert await asyncio.wait_for(waits, 20)
@@ -851,7 +843,7 @@ async def test_a_head_whose_pubsub_is_refused_after_its_offer_was_firm_withdraws
             holder, waiter, waits = await _waiting_behind(holder_side, waiter_side, clients, name)
             deadline = time.monotonic() + 5  # confirmed everywhere: firm
             while True:
-                seqs = [(await c.zrange(offers, 0, -1))[0].split(b" ")[1] for c in clients]
+                seqs = await _offer_seqs(clients, name)
                 if not any(seq.endswith(b"*") for seq in seqs):
                     break
                 assert time.monotonic() < deadline, seqs
@@ -993,6 +985,17 @@ async def _waiting_behind(
     waits = asyncio.create_task(waiter.acquire(timeout=wait))
     await in_line(clients, name, 1)
     return holder, waiter, waits
+
+
+def _grant_subscription(words: Any) -> bool:
+    """A SUBSCRIBE to a process's grants (``<key>:turn:<member>``), for nemesis rules."""
+    return words[0].upper() == b"SUBSCRIBE" and any(b":turn:" in w for w in words[1:])
+
+
+async def _offer_seqs(clients: list[redis.Redis], name: str) -> list[bytes]:
+    """The sequence number of the one offer in ``name``'s turn queue, on each node."""
+    offers = key(name) + ":turns:offers"
+    return [(await c.zrange(offers, 0, -1))[0].split(b" ")[1] for c in clients]
 
 
 def _as_refused(urls: list[str]) -> list[str]:
