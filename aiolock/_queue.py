@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import zlib
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, TypeVar
+
+from . import _turns
 
 if TYPE_CHECKING:
     from ._handoff import Taker
@@ -78,6 +81,22 @@ class Queue:
         """Subscribe to ``channel``, the grants to us, on every node (once; not polling)."""
         if self.grants is None and not self.polling():
             self.grants = [subscriber.subscribe(channel) for subscriber in subscribers]
+
+    def confirmed_late(self) -> None:
+        """A node confirmed a subscription after the attempt that followed it.
+
+        A release in between went unheard: the head tries again now (not at the
+        holder's expiry). Unless a release of ours gave way since (seed
+        17592266044573): what the head missed came before ours, which took the lock
+        after it and names another process, which goes first (a head trying now would
+        follow our release on every connection, and win). The head then tries at the
+        fallback, as the others do that hear ours (should it go unheard).
+        """
+        if self.gave_way is None:
+            self.wake.set()
+        else:
+            delay = _turns.FALLBACK * random.uniform(1.0, 1.1)
+            asyncio.get_running_loop().call_later(delay, self.wake.set)
 
     def polling(self) -> bool:
         """A node we listen on refused pub/sub: our heads poll (see Waiting.acquire)."""

@@ -388,11 +388,9 @@ class Waiting:
         pending = [c for c in confirmations if not c.done()]  # (not the grants': see above)
         if pending:
             await asyncio.wait(pending, timeout=self._confirm_timeout)
-            # Confirmed only after the attempt that follows: a release in between went
-            # unheard, so the head tries again then (not at the holder's expiry).
             for late in confirmations:
                 if not late.done():
-                    late.add_done_callback(lambda _done: queue.wake.set())
+                    late.add_done_callback(lambda _done: queue.confirmed_late())
 
     async def aclose(self) -> None:
         """Close the pub/sub connections."""

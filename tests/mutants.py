@@ -292,7 +292,7 @@ MUTANTS = [
     Mutant(
         "a subscription confirmed late does not wake the waiter",
         "aiolock/_waiting.py",
-        "late.add_done_callback(lambda _done: queue.wake.set())",
+        "late.add_done_callback(lambda _done: queue.confirmed_late())",
         "late.add_done_callback(lambda _done: None)",
         (
             "tests/test_failures.py::"
@@ -846,6 +846,16 @@ MUTANTS = [
         (
             "tests/test_renewal.py::"
             "test_an_extend_that_finds_the_lock_gone_on_a_majority_cancels_the_renewed_body",
+        ),
+    ),
+    Mutant(
+        "a subscription confirmed late wakes the head even as its process gives way",
+        "aiolock/_queue.py",
+        "        if self.gave_way is None:\n            self.wake.set()\n",
+        "        if True:\n            self.wake.set()\n",
+        (
+            "tests/test_turns.py::"
+            "test_a_head_whose_subscription_is_confirmed_as_its_process_gives_way_does_not_try",
         ),
     ),
 ]

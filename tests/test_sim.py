@@ -278,6 +278,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "head-holding-back-races-handoff",
         "grant-of-used-offer-kept",
         "extend-finds-lock-gone",
+        "late-confirmation-beats-named",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

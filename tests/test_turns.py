@@ -909,6 +909,56 @@ async def test_where_pubsub_is_refused_a_process_that_gave_way_lets_the_one_name
         await head.release()
 
 
+@pytest.mark.usefixtures("naming_only")
+async def test_a_head_whose_subscription_is_confirmed_as_its_process_gives_way_does_not_try(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the simulation's streak rule (seed 17592266044573, subscriptions held
+    # back). A head whose subscription a node confirmed only after its first attempt
+    # tries again when the confirmation comes (a release in between went unheard). One
+    # came just as its process's release, at the streak's end, named the other
+    # process: the head tried at once, its attempt followed the release on every
+    # connection and won, and its process held the name 8 times in a row.
+    monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", 0)  # each release gives way
+    monkeypatch.setattr(aiolock._turns, "FALLBACK", 30.0)  # nobody tries out of turn
+    async with (
+        nemesis(urls) as net,
+        LockManager(net.urls) as busy,
+        LockManager(urls) as other,
+    ):
+        holder = busy.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        named = other.lock(name, ttl=30, auto_renew=False)
+        named_waits = asyncio.create_task(named.acquire(timeout=20))
+        await in_line(clients, name, 1)
+        for proxy in net:  # the head's subscriptions to the releases wait
+            proxy.hold(_release_subscription, math.inf)
+        head = busy.lock(name, ttl=30, auto_renew=False)
+        head_waits = asyncio.create_task(head.acquire(timeout=20))
+        await in_line(clients, name, 2)  # the confirmations' wait timed out; it joined
+        # The process named hears its turn 10 ms late (a network further away): a head
+        # that tries as the confirmations come wins (without the delay: a race).
+        loop = asyncio.get_running_loop()
+
+        def late(channel: bytes, message: bytes) -> None:
+            loop.call_later(0.01, on_message, channel, message)
+
+        on_message = _intercept(other, late)
+        await holder.release()  # names the other process
+        for proxy in net:  # and the confirmations come
+            proxy.flush()
+        done, _ = await asyncio.wait(
+            [named_waits, head_waits], timeout=20, return_when=asyncio.FIRST_COMPLETED
+        )
+        # The process named takes the lock (on the old code the head took it).
+        assert named_waits in done, "the head took the lock before the process named"
+        assert not head_waits.done()
+        net.clear()
+        await named.release()
+        assert await asyncio.wait_for(head_waits, 20)
+        await head.release()
+
+
 async def test_a_head_holding_back_that_a_release_of_ours_hands_the_lock_sends_nothing_of_its_own(
     urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -990,6 +1040,11 @@ async def _waiting_behind(
 def _grant_subscription(words: Any) -> bool:
     """A SUBSCRIBE to a process's grants (``<key>:turn:<member>``), for nemesis rules."""
     return words[0].upper() == b"SUBSCRIBE" and any(b":turn:" in w for w in words[1:])
+
+
+def _release_subscription(words: Any) -> bool:
+    """A SUBSCRIBE to a name's releases (``<key>:released``), for nemesis rules."""
+    return words[0].upper() == b"SUBSCRIBE" and any(w.endswith(b":released") for w in words[1:])
 
 
 async def _offer_seqs(clients: list[redis.Redis], name: str) -> list[bytes]:

@@ -65,6 +65,11 @@ REGRESSIONS: list[tuple[int, list[int] | None, str]] = [
     (17592226047226, [4, 7], "an extend() that found its lock gone left the body untold"),
     (17592226046275, [0, 2], "checker: a lock_many read 0 marked its renewed names dry"),
     (17592236045824, [0, 1, 2, 3], "checker: a loss told after a shielded extend() timed out"),
+    # A 2-job search from 2**44 + 8e7 (158 schedules; fixed in the eighth session): a node
+    # confirmed a head's subscription just as its process's release named the other
+    # process; woken by the confirmation, the head tried at once and won (two late
+    # subscriptions; streak of 8).
+    (17592266044573, [0, 1], "a head woken by a late confirmation beat the process named"),
 ]
 
 #: What the search found on its own with a named mutant of tests/mutants.py applied (a
@@ -364,6 +369,15 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         17592226047226,
         [4, 7],
         "untold",
+    ),
+    # Found on main (two subscriptions held back): a head woken by a node's late
+    # confirmation, just as its process gave way, beat the process named (fixed: it
+    # waits the fallback then).
+    (
+        "a subscription confirmed late wakes the head even as its process gives way",
+        17592266044573,
+        [0, 1],
+        "streak",
     ),
 ]
 
