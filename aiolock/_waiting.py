@@ -132,8 +132,9 @@ class Waiting:
         Woken now, the local head's acquire follows the release on every node's
         connection and always wins: other processes would never get the lock while
         this one has waiters. So after ``LOCAL_STREAK`` local handoffs in a row the
-        local head is not woken early: it learns of the release from pub/sub, like
-        the waiters of every other process, and they race on equal terms.
+        local head is not woken early, and a wake-up it had (heard during its attempt,
+        before this release: seed 17592286046564) is dropped: it learns of the release
+        from pub/sub, like the waiters of every other process, whose turn goes first.
 
         Returns whether the lock goes to a local waiter: the release then says so
         (:data:`~aiolock._scripts.NOT_FREE`; see the module's docstring). After a
@@ -166,6 +167,7 @@ class Waiting:
         if valid:  # (an expired hold's release may release nothing: the streak goes on)
             queue.local_streak = 0
         queue.gave_way = self._clock()
+        queue.wake.clear()  # (stale: see above)
         return False
 
     def line(self, key: bytes) -> Line:

@@ -858,6 +858,16 @@ MUTANTS = [
             "test_a_head_whose_subscription_is_confirmed_as_its_process_gives_way_does_not_try",
         ),
     ),
+    Mutant(
+        "a release that gives way leaves its head's earlier wake-up standing",
+        "aiolock/_waiting.py",
+        "        queue.wake.clear()  # (stale: see above)\n",
+        "",
+        (
+            "tests/test_turns.py::"
+            "test_a_head_woken_before_its_process_gives_way_does_not_try_again_after_it",
+        ),
+    ),
 ]
 
 

@@ -279,6 +279,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "grant-of-used-offer-kept",
         "extend-finds-lock-gone",
         "late-confirmation-beats-named",
+        "stale-wake-beats-named",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

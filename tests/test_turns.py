@@ -959,6 +959,84 @@ async def test_a_head_whose_subscription_is_confirmed_as_its_process_gives_way_d
         await head.release()
 
 
+@pytest.mark.usefixtures("naming_only")
+async def test_a_head_woken_before_its_process_gives_way_does_not_try_again_after_it(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the simulation's streak rule (seed 17592286046564, no fault). A head's
+    # attempt was under way when a second message woke it again (a shortening
+    # extend() announced by three nodes; the first had started the attempt), and
+    # meanwhile its process's release, at the streak's end, named the other process.
+    # The attempt failed (the lock was still ours when it arrived); woken already,
+    # the head tried again at once, after our release on every connection, and won:
+    # its process held the name 8 times in a row. Whatever woke it came before our
+    # release, and is stale after it.
+    monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", 0)  # each release gives way
+    monkeypatch.setattr(aiolock._turns, "FALLBACK", 30.0)  # nobody tries out of turn
+    channel = (key(name) + ":released").encode()
+    async with (
+        nemesis(urls) as net,
+        LockManager(net.urls, node_timeout=2.0) as busy,
+        LockManager(urls) as other,
+    ):
+        holder = busy.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        named = other.lock(name, ttl=30, auto_renew=False)
+        named_waits = asyncio.create_task(named.acquire(timeout=20))
+        await in_line(clients, name, 1)
+        head = busy.lock(name, ttl=30, auto_renew=False)
+        head_waits = asyncio.create_task(head.acquire(timeout=20))
+        await in_line(clients, name, 2)
+        await asyncio.sleep(0.1)  # (its attempt after joining has failed: it sleeps)
+        tries = _attempt_times(busy)
+        # The process named hears its turn 0.5 s late: a head that tries again when its
+        # attempt returns wins (without the delay: a race).
+        loop = asyncio.get_running_loop()
+
+        def late(channel: bytes, message: bytes) -> None:
+            loop.call_later(0.5, on_message, channel, message)
+
+        on_message = _intercept(other, late)
+        heard: list[bytes] = []  # what the busy process heard
+
+        def noted(channel: bytes, message: bytes) -> None:
+            heard.append(message)
+            on_busy(channel, message)
+
+        on_busy = _intercept(busy, noted)
+        for proxy in net:  # the busy process's replies take 0.3 s
+            proxy.delay_replies(0.3, links=lambda link: link.kind == "commands")
+        for client in clients:  # wakes the head, on the first node it listens on
+            if await client.publish(channel, aiolock._scripts.SHORTENED):
+                break
+        while not tries:
+            await asyncio.sleep(0.001)
+        for client in clients:  # wakes it again while its attempt is under way
+            await client.publish(channel, aiolock._scripts.SHORTENED)
+        while len(heard) < 1 + 3:  # (it listens on 3 nodes of 5: n - quorum + 1)
+            await asyncio.sleep(0.001)
+        assert tries[-1] > time.monotonic() - 0.2  # (its attempt is still under way)
+        await holder.release()  # names the other process; returns after the attempt
+        done, _ = await asyncio.wait(
+            [named_waits, head_waits], timeout=20, return_when=asyncio.FIRST_COMPLETED
+        )
+        # The process named takes the lock (on the old code the head took it, trying
+        # again 0.3 s after our release).
+        assert named_waits in done, f"the head took the lock; its attempts: {tries}"
+        assert not head_waits.done(), (
+            named_waits,
+            head_waits,
+            tries,
+            [await c.get(key(name)) for c in clients],
+            [await c.pttl(key(name)) for c in clients],
+            [await c.zrange(key(name) + ":turns", 0, -1) for c in clients],
+        )
+        net.clear()
+        await named.release()
+        assert await asyncio.wait_for(head_waits, 20)
+        await head.release()
+
+
 async def test_a_head_holding_back_that_a_release_of_ours_hands_the_lock_sends_nothing_of_its_own(
     urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

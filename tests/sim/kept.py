@@ -70,6 +70,11 @@ REGRESSIONS: list[tuple[int, list[int] | None, str]] = [
     # process; woken by the confirmation, the head tried at once and won (two late
     # subscriptions; streak of 8).
     (17592266044573, [0, 1], "a head woken by a late confirmation beat the process named"),
+    # The eighth session's 30-minute search on main, from 2**44 + 1e8 (2 jobs): after
+    # 2,149 schedules (138 s), a streak of 8 with no fault (shrunk from 3): a head woken
+    # again during its attempt (a shortening extend() announced by three nodes) tried
+    # again at once after its process's release had named another process, and won.
+    (17592286046564, None, "a head woken before its process gave way tried after it"),
 ]
 
 #: What the search found on its own with a named mutant of tests/mutants.py applied (a
@@ -377,6 +382,15 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         "a subscription confirmed late wakes the head even as its process gives way",
         17592266044573,
         [0, 1],
+        "streak",
+    ),
+    # Found on main, no fault: a head woken during its attempt, before its process's
+    # release named another process, tried again after that release and won (fixed: the
+    # release that gives way clears the head's wake-up).
+    (
+        "a release that gives way leaves its head's earlier wake-up standing",
+        17592286046564,
+        [],
         "streak",
     ),
 ]
