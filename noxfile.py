@@ -30,6 +30,9 @@ COMPAT_TESTS = [
     "tests/test_failures.py", "tests/test_waiting.py",
 ]  # fmt: skip
 
+#: pytest-xdist: one worker per core, each file's tests on one worker.
+PARALLEL = ["-n", "auto", "--dist", "loadfile"]
+
 nox.options.sessions = [
     f"tests-{THIS_PYTHON}", "lint", f"typing({FLOOR})", f"typing({LATEST})",
     f"compat({FLOOR})", "bench_short", "docs", "release",
@@ -58,8 +61,10 @@ def _redis_py(line: str) -> str:
 def tests(session: nox.Session) -> None:
     """The whole test suite against real servers started by the suite, on each Python."""
     session.install("-e", ".[test]")
-    # The slowest tests are listed: the default nox is kept under 10 minutes on 2 cores.
-    session.run("python", "-m", "pytest", *(session.posargs or ["--durations=20"]))
+    # On every core, a file's tests on one worker (each worker starts its own servers);
+    # the slowest tests are listed: the default nox is kept under 10 minutes on 2 cores.
+    default = [*PARALLEL, "--durations=20"]
+    session.run("python", "-m", "pytest", *(session.posargs or default))
 
 
 @nox.session
@@ -72,7 +77,7 @@ def compat(session: nox.Session, redis_py: str) -> None:
     session.install("-e", ".[test]", _redis_py(redis_py))
     session.run("python", "-m", "pip", "show", "redis", silent=False)
     # The benchmark runs of test_cli (half a minute) exercise no redis-py seam.
-    default = [*COMPAT_TESTS, "-k", "not bench"]
+    default = [*PARALLEL, *COMPAT_TESTS, "-k", "not bench"]
     session.run("python", "-m", "pytest", *(session.posargs or default))
 
 
