@@ -596,12 +596,7 @@ async def test_a_head_that_leaves_as_its_process_gives_way_does_not_beat_the_pro
         # The process named hears its turn 10 ms late (a network further away), so
         # that a waiter of the busy process trying at once wins every time; waiting
         # 50 ms first, it loses every time (without the delay: a race).
-        loop = asyncio.get_running_loop()
-
-        def late(channel: bytes, message: bytes) -> None:
-            loop.call_later(0.01, on_message, channel, message)
-
-        on_message = _intercept(other, late)
+        _hears_late(other, 0.01)
         waiting = busy._engine.waiting
         released = waiting.released
 
@@ -938,21 +933,12 @@ async def test_a_head_whose_subscription_is_confirmed_as_its_process_gives_way_d
         await in_line(clients, name, 2)  # the confirmations' wait timed out; it joined
         # The process named hears its turn 10 ms late (a network further away): a head
         # that tries as the confirmations come wins (without the delay: a race).
-        loop = asyncio.get_running_loop()
-
-        def late(channel: bytes, message: bytes) -> None:
-            loop.call_later(0.01, on_message, channel, message)
-
-        on_message = _intercept(other, late)
+        _hears_late(other, 0.01)
         await holder.release()  # names the other process
         for proxy in net:  # and the confirmations come
             proxy.flush()
-        done, _ = await asyncio.wait(
-            [named_waits, head_waits], timeout=20, return_when=asyncio.FIRST_COMPLETED
-        )
         # The process named takes the lock (on the old code the head took it).
-        assert named_waits in done, "the head took the lock before the process named"
-        assert not head_waits.done()
+        await _named_first(named_waits, head_waits, "the head took the lock first")
         net.clear()
         await named.release()
         assert await asyncio.wait_for(head_waits, 20)
@@ -991,12 +977,7 @@ async def test_a_head_woken_before_its_process_gives_way_does_not_try_again_afte
         tries = _attempt_times(busy)
         # The process named hears its turn 0.5 s late: a head that tries again when its
         # attempt returns wins (without the delay: a race).
-        loop = asyncio.get_running_loop()
-
-        def late(channel: bytes, message: bytes) -> None:
-            loop.call_later(0.5, on_message, channel, message)
-
-        on_message = _intercept(other, late)
+        _hears_late(other, 0.5)
         heard: list[bytes] = []  # what the busy process heard
 
         def noted(channel: bytes, message: bytes) -> None:
@@ -1017,20 +998,9 @@ async def test_a_head_woken_before_its_process_gives_way_does_not_try_again_afte
             await asyncio.sleep(0.001)
         assert tries[-1] > time.monotonic() - 0.2  # (its attempt is still under way)
         await holder.release()  # names the other process; returns after the attempt
-        done, _ = await asyncio.wait(
-            [named_waits, head_waits], timeout=20, return_when=asyncio.FIRST_COMPLETED
-        )
         # The process named takes the lock (on the old code the head took it, trying
         # again 0.3 s after our release).
-        assert named_waits in done, f"the head took the lock; its attempts: {tries}"
-        assert not head_waits.done(), (
-            named_waits,
-            head_waits,
-            tries,
-            [await c.get(key(name)) for c in clients],
-            [await c.pttl(key(name)) for c in clients],
-            [await c.zrange(key(name) + ":turns", 0, -1) for c in clients],
-        )
+        await _named_first(named_waits, head_waits, f"the head took it; its tries: {tries}")
         net.clear()
         await named.release()
         assert await asyncio.wait_for(head_waits, 20)
@@ -1118,6 +1088,23 @@ async def _waiting_behind(
 def _grant_subscription(words: Any) -> bool:
     """A SUBSCRIBE to a process's grants (``<key>:turn:<member>``), for nemesis rules."""
     return words[0].upper() == b"SUBSCRIBE" and any(b":turn:" in w for w in words[1:])
+
+
+def _hears_late(manager: LockManager, seconds: float) -> None:
+    """``manager``'s process hears every release message ``seconds`` late."""
+    loop = asyncio.get_running_loop()
+
+    def late(channel: bytes, message: bytes) -> None:
+        loop.call_later(seconds, on_message, channel, message)
+
+    on_message = _intercept(manager, late)
+
+
+async def _named_first(named: asyncio.Task[bool], head: asyncio.Task[bool], why: str) -> None:
+    """The process named takes the lock while the other process's head still waits."""
+    done, _ = await asyncio.wait([named, head], timeout=20, return_when=asyncio.FIRST_COMPLETED)
+    assert named in done, why
+    assert not head.done()
 
 
 def _release_subscription(words: Any) -> bool:
