@@ -190,7 +190,8 @@ class Renewal:
 class Renewer:
     """Renews every auto-renewed lock of one manager from one background task.
 
-    ``quorum``: the nodes' renewal connections; ``emit``: where losses are reported.
+    ``quorum``: the nodes (their one ordered connection each, shared with every other
+    command of the manager: see _engine.py); ``emit``: where losses are reported.
     """
 
     def __init__(

@@ -348,4 +348,4 @@ SCRIPTS: Final = (
     PASS_ON_SCRIPT,
 )
 # The others are loaded on first use (NOSCRIPT fallback): most applications never
-# need the read-write lock's, and the renewal connections load their own two.
+# need the read-write lock's (the renewal's two are loaded with SCRIPTS: _engine.py).
