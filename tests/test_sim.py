@@ -280,6 +280,8 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "extend-finds-lock-gone",
         "late-confirmation-beats-named",
         "stale-wake-beats-named",
+        "writer-not-given-readers-keys",
+        "renewal-extends-other-tokens",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

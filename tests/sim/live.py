@@ -39,6 +39,10 @@ forgot is never taken: see Recorder.watch_orphans).
   longer than node_timeout but well within the renewal's budget (run.lagging): a
   renewal waits for its replies up to a sixth of the ttl (aiolock/_renewal.py:
   "Renewal is not latency-bound").
+* **writers first**: no reader whose acquire began :data:`INTENT_AFTER` or more after
+  a writer began to wait takes the read-write lock while that writer still waits
+  (docs/guide/primitives.md: "a waiting writer keeps new readers out until the current
+  ones are done"), but in the race right after a writer's release: see writers_first.
 * **at rest**: once a process's tasks have all finished (every lock released), its
   manager keeps no renewal, no local wait queue and no token noted as held
   (``Grants._held``, which gives late grants back): what is left there is a leak,
@@ -64,7 +68,7 @@ from typing import TYPE_CHECKING, Any
 from .world import excusing
 
 if TYPE_CHECKING:
-    from .workload import Holding
+    from .workload import Holding, RWWait
     from .world import World
 
 #: How long a waiter may wait while its name is free on every node, in a schedule
@@ -103,6 +107,12 @@ FIRST_TRY = 0.001
 YOUNG = 2.0
 #: A lock's key on the nodes (the default prefix).
 KEY = b"aiolock:{%s}"
+#: By this long after a writer began to wait, its first attempt has reached every
+#: node (a round trip, under a millisecond without faults): see writers_first.
+INTENT_AFTER = 0.01
+#: A reader that took a read-write lock this soon after a writer's release returned
+#: may have won the race that followed it (see writers_first).
+RACE = 0.05
 
 
 class Liveness:
@@ -361,6 +371,41 @@ def lost_needlessly(holdings: list[Holding], focus: str, faults: list[float]) ->
             f"at {h.steps[0][0]:.6f}"
             + (f", the last restart at {before[-1]:.6f}" if before else "")
         )
+    return problems
+
+
+def writers_first(
+    holdings: list[Holding], writes: list[RWWait], released: dict[str, list[float]]
+) -> list[str]:
+    """The "writers first" rule, over a run without faults: a waiting writer keeps new
+    readers out until the current ones are done (docs/guide/primitives.md, "writers
+    are not starved"; aiolock/_rwlock.py: a writer that finds readers leaves an intent
+    on the nodes, which new readers respect).
+
+    No reader whose acquire began :data:`INTENT_AFTER` or more after a writer began to
+    wait (``timeout`` other than 0) takes the read-write lock while that writer still
+    waits: by then the writer's first attempt has left its intent, or found another
+    writer holding. In that case only, a reader may win the race that follows that
+    writer's release: unless it took the lock within :data:`RACE` of a writer's
+    release returning, it broke the rule.
+    """
+    problems = []
+    for w in writes:
+        for r in holdings:
+            if r.domain != ("rw", w.name) or r.mode != "r" or not r.steps:
+                continue
+            took = r.steps[0][0]
+            if not (w.since + INTENT_AFTER <= r.began and took < w.until):
+                continue
+            if any(0.0 <= took - at <= RACE for at in released.get(w.name, [])):
+                continue
+            problems.append(
+                f"writers first: {r.owner} began to read {w.name!r} at {r.began:.6f} and "
+                f"took it at {took:.6f}, while {w.owner} waited to write from "
+                f"{w.since:.6f} to {w.until:.6f} ({'took it' if w.got else 'gave up'} then; "
+                "no fault)"
+            )
+            break
     return problems
 
 

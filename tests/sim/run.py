@@ -34,7 +34,13 @@ from .check import (
     check_revived,
     check_told,
 )
-from .live import OUT_OF_LINE_STREAK_LIMIT, Liveness, lost_needlessly, lost_without_a_fault
+from .live import (
+    OUT_OF_LINE_STREAK_LIMIT,
+    Liveness,
+    lost_needlessly,
+    lost_without_a_fault,
+    writers_first,
+)
 from .workload import FOCI_DEATH, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
     EPOCH,
@@ -496,6 +502,11 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         *rec.resting,
         *(
             lost_without_a_fault(rec.holdings, rec.counts)
+            if rec.live.on and only_late_subscriptions(faults)
+            else []
+        ),
+        *(
+            writers_first(rec.holdings, rec.writes, rec.released)
             if rec.live.on and only_late_subscriptions(faults)
             else []
         ),

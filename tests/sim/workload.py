@@ -125,6 +125,18 @@ class Holding:
 
 
 @dataclass
+class RWWait:
+    """A writer's acquire of a read-write lock: from ``since`` until ``until``, when
+    it took the lock (``got``), gave up, or was cancelled."""
+
+    name: str
+    owner: str
+    since: float
+    until: float
+    got: bool
+
+
+@dataclass
 class Config:
     """The shape of one run, drawn from its seed."""
 
@@ -391,6 +403,10 @@ class Recorder:
         self.watched: dict[int, tuple[Any, str, Holding]] = {}
         #: The longest ttl any holding of each name has asked for so far.
         self.longest: dict[str, float] = {}
+        #: The writers' waits of each read-write lock, and when each writer's release
+        #: returned, by name (see live.writers_first).
+        self.writes: list[RWWait] = []
+        self.released: dict[str, list[float]] = {}
 
     def count(self, what: str) -> None:
         self.counts[what] = self.counts.get(what, 0) + 1
@@ -1014,16 +1030,29 @@ class Worker:
         rw = self.locks.rwlock(name, ttl=self._ttl(), timeout=self._timeout())
         write = self.rng.random() < 0.5
         handle = rw.write() if write else rw.read()
-        async with handle:
-            h = self._holding(
-                ("rw", name),
-                "w" if write else "r",
-                handle,
-                ("rw", self.owner, next(self.serial)),
-                handle.fencing_token,
-                renewed=True,
-            )
-            await self._body(handle, [h], self._work(1.5, handle.ttl))
+        self.began = since = self.now()  # (bookkeeping only: no draw, no await)
+        held, waits = False, write and rw.timeout != 0  # (a try-once writer leaves no intent)
+        try:
+            async with handle:
+                held = True
+                if waits:
+                    self.rec.writes.append(RWWait(name, self.owner, since, self.now(), True))
+                h = self._holding(
+                    ("rw", name),
+                    "w" if write else "r",
+                    handle,
+                    ("rw", self.owner, next(self.serial)),
+                    handle.fencing_token,
+                    renewed=True,
+                )
+                await self._body(handle, [h], self._work(1.5, handle.ttl))
+        finally:
+            # (For live.writers_first: a writer's wait that ended without the lock,
+            # and when a writer's release returned.)
+            if waits and not held:
+                self.rec.writes.append(RWWait(name, self.owner, since, self.now(), False))
+            elif write:
+                self.rec.released.setdefault(name, []).append(self.now())
 
     async def op_many(self, end: float) -> None:
         names = sorted(set(self.rng.sample(("a", "b", "c"), 2)) | {self.rng.choice(self.cfg.names)})
