@@ -29,7 +29,7 @@ pytest.importorskip("lupa")
 
 from tests.sim.kept import CAUGHT, REGRESSIONS
 from tests.sim.server import Error, Status, Store
-from tests.sim.world import SUBSCRIBE_LATE_FROM
+from tests.sim.world import CHUNKS_FROM
 
 ROOT = Path(__file__).resolve().parent.parent
 #: How many schedules every run of the suite searches (``nox -s sim`` searches on).
@@ -282,6 +282,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "stale-wake-beats-named",
         "writer-not-given-readers-keys",
         "renewal-extends-other-tokens",
+        "renewal-chunks-at-once",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(
@@ -325,7 +326,7 @@ def test_named_mutants_are_caught_by_the_seeds_the_search_found(
 @pytest.mark.timeout(900)  # about 40 s each on 2 idle cores
 @pytest.mark.parametrize(
     "first",
-    [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), SUBSCRIBE_LATE_FROM],
+    [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), CHUNKS_FROM],
     ids=["first", "search"],
 )
 def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
@@ -336,8 +337,8 @@ def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
     pub/sub refused, one server given twice; half the runs focused on one part of the
     library, repair under restarts far apart, renewal under stalls and under lag, and a
     process's death among them; extend() deadlines shorter than a round trip;
-    subscriptions held back in runs the liveness rules judge): the search must find
-    nothing."""
+    subscriptions held back in runs the liveness rules judge; the renewal's batches in
+    small chunks): the search must find nothing."""
     count = BUDGET // 2
     out = subprocess.run(
         [sys.executable, "-m", "tests.sim", "search", "--first", str(first), "--count", str(count)],

@@ -40,7 +40,7 @@ from pathlib import Path
 
 from .kept import CAUGHT, kept
 from .run import Result, run, shrink
-from .world import SUBSCRIBE_LATE_FROM
+from .world import CHUNKS_FROM
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -246,9 +246,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.sim")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("search")
-    s.add_argument(
-        "--first", type=int, default=SUBSCRIBE_LATE_FROM + int.from_bytes(os.urandom(4), "big")
-    )
+    s.add_argument("--first", type=int, default=CHUNKS_FROM + int.from_bytes(os.urandom(4), "big"))
     s.add_argument("--count", type=int)
     s.add_argument("--seconds", type=float)
     s.add_argument("--jobs", type=int, default=os.cpu_count() or 1)

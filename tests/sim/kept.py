@@ -407,6 +407,15 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # token's key on a node counted it as ours, and the holder read 0.38 s left that a
     # quorum did not keep.
     ("renewal batch extends keys of other tokens", 17592316044439, [0], "kept"),
+    # The "one chunk" rule's first kill, in the 31st schedule from CHUNKS_FROM (its
+    # renewal in chunks of one lock; shrunk to no fault): every chunk of a batch of
+    # two, written at one instant on each node's ordered connection.
+    (
+        "a renewal batch writes every chunk at once on the shared connection",
+        35184372088862,
+        [],
+        "one chunk",
+    ),
 ]
 
 

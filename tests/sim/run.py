@@ -43,6 +43,7 @@ from .live import (
 )
 from .workload import FOCI_DEATH, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
+    CHUNKS_FROM,
     EPOCH,
     LIVE_FROM,
     MODELS_FROM,
@@ -106,6 +107,24 @@ def make_memories(seed: int, faults: list[Fault]) -> dict[str, int]:
     if rng.random() < 0.5:
         return {}
     return {where: rng.choice(sizes) for where, sizes in MEMORIES.items()}
+
+
+#: Where the renewal's batches are split (see world.CHUNKS_FROM), and the sizes a
+#: schedule may give it.
+CHUNKS = ("aiolock._batch.BATCH_LIMIT", (1, 2, 3))
+
+
+def make_chunks(seed: int) -> dict[str, int]:
+    """The renewal's chunk size in ``seed``'s schedule (empty: the real 1,000); from
+    CHUNKS_FROM on, half the runs, whatever their faults: a smaller chunk changes when
+    the renewal's calls go out, not what a run may expect of the library."""
+    if seed < CHUNKS_FROM:
+        return {}
+    rng = random.Random(f"chunks-{seed}")
+    if rng.random() < 0.5:
+        return {}
+    where, sizes = CHUNKS
+    return {where: rng.choice(sizes)}
 
 
 @contextmanager
@@ -399,6 +418,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     cfg = make_config(seed)
     faults = make_faults(seed, cfg)
     sizes = make_memories(seed, faults)
+    chunks = make_chunks(seed)
     if keep is not None:
         kept = set(keep)
         faults = [f for i, f in enumerate(faults) if i in kept]
@@ -452,6 +472,8 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     if sizes:
         shown = ", ".join(f"{where.rsplit('.', 1)[1]}={size}" for where, size in sizes.items())
         world.trace(f"memories {shown}")
+    if chunks:
+        world.trace(f"renewal chunks of {', '.join(map(str, chunks.values()))} locks")
     if world.skews:
         shown = ", ".join(f"p{p} {skew:+.6f}s" for p, skew in sorted(world.skews.items()))
         world.trace(f"wall clocks {shown}")
@@ -472,6 +494,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     with (
         virtual_process(world, seed),
         memories(sizes),
+        memories(chunks),
         logged.attached(),
         mock.patch("aiolock._grants.give_back", given_back),
     ):
@@ -524,6 +547,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         *check_backed(rec.holdings),
         *check_keys(keys),
         *check_bare(world.bare),
+        *world.wire,
     ]
     for problem in violations:
         world.trace(f"VIOLATION {problem.splitlines()[0]}")

@@ -41,6 +41,8 @@ from typing import Any
 
 import hiredis
 
+from aiolock._scripts import EXTEND_MANY_SCRIPT
+
 from .server import Error, Status, Store, encode
 
 #: Which simulated process (manager) is running: set by the workload, read on connect.
@@ -121,8 +123,18 @@ TIGHT_FROM = 2**43
 #: for the confirmations before its attempt. A release between that attempt and the
 #: node's subscription is not heard; the library wakes the waiter when the
 #: confirmation comes (``Waiting._subscribe``), so nothing excuses a wait there: the
-#: liveness rules judge those runs too (live.py). The search starts here.
+#: liveness rules judge those runs too (live.py).
 SUBSCRIBE_LATE_FROM = 2**44
+#: Seeds from here on renew in small chunks in half their runs (``run.make_chunks``,
+#: from a stream of their own): the renewal's batches of at most 1, 2 or 3 locks
+#: (``aiolock._batch.BATCH_LIMIT``, 1,000 for real), so that a batch of a few locks
+#: goes as several script calls, one after the other on each node's ordered
+#: connection, as a batch of thousands does. At the real size no run here ever had
+#: more than one, and the "one chunk" rule (:meth:`Link.from_client`) read nothing.
+#: The search starts here.
+CHUNKS_FROM = 2**45
+#: The EVALSHA of the renewal's batch script (see Link.from_client).
+RENEWAL_BATCH = EXTEND_MANY_SCRIPT.sha
 
 
 class Deadlock(Exception):
@@ -385,11 +397,27 @@ class Link:
         self.channels: set[tuple[bytes, bool]] = set()
         self.dead = False
         self._closed_by_client = False
+        #: When the client last wrote a renewal batch's chunk here (see from_client).
+        self.batch_written = -math.inf
 
     # client -> node
     def from_client(self, data: bytes) -> None:
+        """What the client writes, sent up the link; read for the "one chunk" rule: a
+        renewal batch goes one chunk (one script call) at a time on a node's ordered
+        connection, the next written once the last one's reply came
+        (docs/explanation/safety.md: "an acquire written meanwhile waits for one chunk,
+        not the whole batch"). Two written at one instant break it: one chunk's reply
+        takes a round trip, and the renewal's rounds are apart in time."""
         if self.dead and self.process in self.world.dead:
             return  # (its process died: nothing more leaves it)
+        world = self.world
+        if RENEWAL_BATCH in data:
+            if data.count(RENEWAL_BATCH) > 1 or self.batch_written == world.now:
+                world.wire.append(
+                    f"one chunk: {self.name} wrote a renewal batch's chunks together at "
+                    f"{world.now:.6f}"
+                )
+            self.batch_written = world.now
         if not self.pubsub:
             self.pubsub = b"SUBSCRIBE\r\n" in data.upper()
         self.up.send(data, self.world.latency(self, "up"))
@@ -744,6 +772,8 @@ class World:
         self.bare: dict[bytes, tuple[float, int]] = {}
         #: Every node refuses SUBSCRIBE and SSUBSCRIBE (from MODELS_FROM on, some runs).
         self.pubsub_refused = False
+        #: What the clients wrote against the "one chunk" rule (Link.from_client).
+        self.wire: list[str] = []
 
     @property
     def urls(self) -> list[str]:
