@@ -185,11 +185,14 @@ return 1
 )
 
 # A process that waits no more leaves the turn queue, with its offer; or a process that
-# was named and did not use its turn is taken out by one that went in its place (it
-# joins again, at the same place, when it refreshes its entry). Not while the lock is
-# held: then the process named most likely took it (and holds it longer than the
-# others' fallback), and out of line it would let the next holder's handoffs find
-# nobody else waiting (a streak run to LONE_STREAK: seed 549755813917).
+# was named and did not use its turn is taken out by one that went in its place. Not
+# while the lock is held: then the process named most likely took it (and holds it
+# longer than the others' fallback), and out of line it would let the next holder's
+# handoffs find nobody else waiting (a streak run to LONE_STREAK: seed 549755813917).
+# The process taken out is told on its grant channel (``out``): alive and waiting (it
+# may have used its turn, and held the lock until it expired just before the other's
+# fallback: seed 35184372089874), it joins again at its place at once, not at its
+# next refresh (see Entry.taken_out).
 # KEYS[1] the turn queue, KEYS[2] the entries' expiries, KEYS[3] the offers, KEYS[4]
 # (only to take another process out) the lock
 # ARGV[1] the process's member
@@ -204,7 +207,11 @@ for _, offer in ipairs(redis.call('zrange', KEYS[3], 0, -1)) do
     end
 end
 redis.call('zrem', KEYS[2], ARGV[1])
-return redis.call('zrem', KEYS[1], ARGV[1])
+local removed = redis.call('zrem', KEYS[1], ARGV[1])
+if KEYS[4] and removed == 1 then
+    redis.call('publish', KEYS[4] .. ':turn:' .. ARGV[1], 'out')
+end
+return removed
 """
 
 RELEASE_TURN_SCRIPT: Final = Script(RELEASE_TURN)

@@ -20,8 +20,8 @@ each loser costs a script per node, and a split vote a round for everyone. Inste
   use its turn (killed, or its message lost) delays the others by about one refresh
   interval: a process told it is another's turn tries anyway after :data:`FALLBACK`
   unless a later release is heard first, and takes the one passed over out of the line
-  where the lock is free (alive, it joins again at its place when it next refreshes;
-  where the lock is held, the process named most likely took it, and it stays). A
+  where the lock is free (it is told: alive, it joins again at its place at once; where
+  the lock is held, the process named most likely took it, and it stays). A
   process that was named
   and whose waiters all left announces the lock free.
 * **The release grants the lock to that process when it can**: each waiting process
@@ -55,7 +55,7 @@ from ._votes import milliseconds
 if TYPE_CHECKING:
     from ._handoff import Taker
 
-__all__ = ["ENTRY_TTL", "FALLBACK", "REFRESH", "Entry", "Turns"]
+__all__ = ["ENTRY_TTL", "FALLBACK", "REFRESH", "TAKEN_OUT", "Entry", "Turns"]
 
 #: How often a waiting process refreshes its entry in a name's turn queue.
 REFRESH: Final = 0.5
@@ -68,6 +68,8 @@ FALLBACK: Final = 0.5
 Broadcast = Callable[[Script, tuple[bytes, ...]], None]
 #: An offer as we sent it: the token, the ttl, and when it was sent (monotonic).
 Offer = tuple[bytes, float, float]
+#: What a pass-over publishes on the grant channel of the process it took out of line.
+TAKEN_OUT: Final = b"out"
 #: Offers remembered, to read the grants that name them (by sequence number).
 _OFFERS_KEPT: Final = 4096
 
@@ -262,6 +264,19 @@ class Entry:
         self._fallback = None
         self._turns.broadcast(TURN_LEAVE_SCRIPT, (b"4", *self._keys[1:], self._key, member))
         self._wake()
+
+    def taken_out(self) -> None:
+        """A pass-over took us out of line: we join again at our place now.
+
+        ``TURN_LEAVE`` told us (:data:`TAKEN_OUT`) while we wait, and our next refresh
+        may be far. Our turn may have been used: a holder of ours kept the lock until
+        it expired just before the other's fallback, and out of line, the next
+        holder's handoffs found nobody else waiting (seed 35184372089874). A late or
+        repeated message costs one refresh of our entry; after we left, nothing.
+        """
+        if self._refresh is not None:
+            self._refresh.cancel()
+            self._send_join()
 
     def taken(self) -> None:
         """A waiter of ours acquired the lock: our turn is used."""

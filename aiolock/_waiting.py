@@ -48,7 +48,7 @@ from ._keys import grant_channel, release_channel, turn_keys
 from ._pubsub import ClusterSubscriber, Listener, Subscriber
 from ._queue import POLL_INTERVAL, Queue, Streaks, listening
 from ._scripts import NOT_FREE, SHORTENED
-from ._turns import Turns
+from ._turns import TAKEN_OUT, Turns
 from ._votes import Attempt, Votes
 
 __all__ = ["Outcome", "Waiting"]
@@ -72,10 +72,6 @@ class Outcome(Protocol):
 
 
 _A = TypeVar("_A", bound=Outcome)
-
-
-def _nothing() -> None:  # nobody to wake
-    pass
 
 
 #: Pause before retrying when no holder's ttl is known (nodes failing meanwhile).
@@ -192,18 +188,22 @@ class Waiting:
         return () if queue is None or queue.entry is None else queue.entry.release_args()
 
     def _heard(self, node: int, channel: bytes, message: bytes) -> None:
-        """A message on a channel of node ``node``: a release's, or a grant to us."""
+        """A message on node ``node``: a release's, a grant to us, or TAKEN_OUT."""
         grants, turns = self._grants, self._turns
         if grants is None or turns is None or not channel.endswith(turns.member):
             self._on_message(channel, message)
             return
         key = channel[: -len(grant_channel(b"", turns.member))]
+        queue = self._queues.get(key)
+        if message == TAKEN_OUT:
+            if queue is not None and queue.entry is not None:
+                queue.entry.taken_out()
+            return
         seq, _, fence = message.partition(b" ")
         offer = turns.offered(key, int(seq)) if seq.isdigit() and fence.isdigit() else None
         if offer is not None:
-            queue = self._queues.get(key)
             head = queue.takers.get(queue.entries[0]) if queue and queue.entries else None
-            wake = queue.wake.set if queue is not None else _nothing
+            wake = queue.wake.set if queue is not None else lambda: None
             grants.heard(node, key, offer, int(fence), head=head, wake=wake)
 
     def _on_message(self, channel: bytes, message: bytes) -> None:

@@ -318,6 +318,16 @@ MUTANTS = [
     ),
     # Issue 17's turns across processes (advice, not safety: liveness and cost).
     Mutant(
+        "a process taken out of line joins again only at its next refresh",
+        "aiolock/_waiting.py",
+        "                queue.entry.taken_out()\n",
+        "                pass\n",
+        (
+            "tests/test_turns.py::"
+            "test_a_named_process_taken_out_of_line_as_its_lock_expired_joins_again_at_once",
+        ),
+    ),
+    Mutant(
         "turn release deletes without comparing the token",
         "aiolock/_turn_scripts.py",
         "if holder and holder ~= ARGV[1] then\n    return 0\nend",

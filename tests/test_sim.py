@@ -283,6 +283,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "writer-not-given-readers-keys",
         "renewal-extends-other-tokens",
         "renewal-chunks-at-once",
+        "taken-out-of-line-until-refresh",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

@@ -657,6 +657,61 @@ async def test_a_named_process_that_holds_past_the_fallback_stays_in_line(
         await line.second_lock.release()
 
 
+@pytest.mark.usefixtures("naming_only")
+async def test_a_named_process_taken_out_of_line_as_its_lock_expired_joins_again_at_once(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the simulation's streak rule (seed 35184372089874, no fault). A release
+    # named a process, which took the lock and held it, unrenewed, past its ttl: it
+    # expired just before the other process's fallback fired, and the next waiter of the
+    # process named, which had read the holder's PTTL, was to try a little later. The
+    # other process found the lock free, took the one named out of the line (as far as
+    # it could tell, it had not used its turn) and took the lock. The one named, alive
+    # and waiting, was out of line until its next refresh: the other handed the lock to
+    # its own waiters 8 times in a row meanwhile. A process taken out of line is told,
+    # and joins again at its place at once.
+    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)  # no entry comes back meanwhile
+    monkeypatch.setattr(aiolock._turns, "ENTRY_TTL", 10.0)
+    # The waiter of the process named tries after the other's fallback (0.5 s), though
+    # the holder's key expired before it (0.3 s).
+    monkeypatch.setattr(aiolock._waiting, "EXPIRY_SLACK", 1.0)
+    async with contextlib.AsyncExitStack() as stack:
+        enter = stack.enter_async_context
+        holder_side, named, other = [await enter(LockManager(urls)) for _ in range(3)]
+        holder = holder_side.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        short = named.lock(name, ttl=0.3, auto_renew=False)
+        short_waits = asyncio.create_task(short.acquire(timeout=20))
+        await in_line(clients, name, 1)
+        other_lock = other.lock(name, ttl=30, auto_renew=False)
+        other_waits = asyncio.create_task(other_lock.acquire(timeout=20))
+        await in_line(clients, name, 2)
+        await holder.release()  # names the process first in line, which takes it
+        assert await asyncio.wait_for(short_waits, 20)
+        # The process named waits again, in line, while its lock runs out.
+        again = named.lock(name, ttl=30, auto_renew=False)
+        again_waits = asyncio.create_task(again.acquire(timeout=20))
+        await in_line(clients, name, 2)
+        # The other's fallback finds the lock free, takes the process named out of the
+        # line, and takes the lock.
+        assert await asyncio.wait_for(other_waits, 20)
+        assert not again_waits.done()
+        turns = key(name) + ":turns"
+        member = named._engine.turns.member if named._engine.turns is not None else b""
+        deadline = time.monotonic() + 2.0  # (the next refresh is 5 s away)
+        while True:
+            scores = [await client.zscore(turns, member) for client in clients]
+            if all(score is not None for score in scores):
+                break  # back in line on every node (on the old code: out until refresh)
+            assert time.monotonic() < deadline, scores
+            await asyncio.sleep(0.01)
+        await other_lock.release()  # names the process back in line
+        assert await asyncio.wait_for(again_waits, 20)
+        await again.release()
+        with contextlib.suppress(aiolock.LockNotOwned):
+            await short.release()
+
+
 async def test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering(
     urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
