@@ -255,7 +255,6 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "release-names-first-in-line",
         "extend-shorter-renewal-schedule",
         "detached-token-still-held",
-        "passed-over-while-held",
         "no-repair",
         "renewal-confirmed-past-deadline",
         "renewal-waits-only-node-timeout",

@@ -632,6 +632,13 @@ async def test_a_named_process_that_holds_past_the_fallback_stays_in_line(
     # (the promise is at most LOCAL_STREAK).
     monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)  # no entry comes back meanwhile
     monkeypatch.setattr(aiolock._turns, "ENTRY_TTL", 10.0)
+    # A process taken out of line joins again at once since (it is told): that it was
+    # never taken out is read from what it was told, too.
+    told = []
+    taken_out = aiolock._turns.Entry.taken_out
+    monkeypatch.setattr(
+        aiolock._turns.Entry, "taken_out", lambda entry: (told.append(1), taken_out(entry))
+    )
     async with contextlib.AsyncExitStack() as stack:
         line = await two_in_line(stack, urls, clients, name)
         named = line.first._engine.turns
@@ -650,6 +657,7 @@ async def test_a_named_process_that_holds_past_the_fallback_stays_in_line(
         for client in clients:
             # Still in line on every node (on the old code: taken out on all three).
             assert await client.zscore(turns, named.member) is not None
+        assert not told  # (and never taken out meanwhile)
         await line.first_lock.release()
         assert await asyncio.wait_for(again_waits, 20)
         await again.release()

@@ -1,23 +1,25 @@
 """The deterministic simulation's command line (``nox -s sim`` runs it).
 
-    python -m tests.sim search [--first N] [--count K | --seconds S] [--jobs J]
+    python -m tests.sim search [--first N] [--count K | --seconds S] [--jobs J] [--where T,..]
     python -m tests.sim replay SEED [--keep 0,3] [--around 40]
     python -m tests.sim shrink SEED
-    python -m tests.sim mutants [NAME ...] [--seconds S] [--first N]
+    python -m tests.sim mutants [NAME ...] [--seconds S] [--first N] [--where T,..]
     python -m tests.sim digests [--first N] [--count K | --kept]
     python -m tests.sim regressions [--first-for NAME]
 
 ``search`` plays seeds first, first + 1, ... and stops at the first failing one, which
-it prints with the command that replays it; ``replay`` plays one seed (with only the
-faults numbered in ``--keep``) and prints its history around the first violation (or
-whole, with ``--around 0``) and its digest; ``shrink`` finds the fewest faults of a
-failing seed that still fail; ``mutants`` applies each named mutant of tests/mutants.py
-in turn, replays the seeds kept as tests (what the suite replays on every run) and,
-if none fails, searches until the simulation kills it or the time is up;
-``regressions`` replays the kept seeds and stops at the first that fails (``--first-for
-NAME``: the seeds kept for that named mutant first, as ``mutants`` does); ``digests`` prints
-each seed's history digest, one per line (or each seed kept as a test, with the faults
-it keeps: ``--kept``); ``nox -s determinism`` compares them across Python versions.
+it prints with the command that replays it (``--where``: only the seeds whose run has
+every tag given, see ``run.shape``: ``--where focus=turns,pubsub_refused``); ``replay``
+plays one seed (with only the faults numbered in ``--keep``) and prints its history
+around the first violation (or whole, with ``--around 0``) and its digest; ``shrink``
+finds the fewest faults of a failing seed that still fail; ``mutants`` applies each
+named mutant of tests/mutants.py in turn, replays the seeds kept as tests (what the
+suite replays on every run) and, if none fails, searches until the simulation kills it
+or the time is up; ``regressions`` replays the kept seeds and stops at the first that
+fails (``--first-for NAME``: the seeds kept for that named mutant first, as ``mutants``
+does); ``digests`` prints each seed's history digest, one per line (or each seed kept
+as a test, with the faults it keeps: ``--kept``); ``nox -s determinism`` compares them
+across Python versions.
 
 The history is the same, byte for byte, for the same seed: ``PYTHONHASHSEED`` is fixed
 (the command re-executes itself with ``PYTHONHASHSEED=0`` when it is not).
@@ -39,7 +41,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 from .kept import CAUGHT, kept
-from .run import Result, run, shrink
+from .run import Result, run, shape, shrink
 from .world import CHUNKS_FROM
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -112,8 +114,17 @@ def _one(seed: int) -> tuple[int, bool, int, list[str], bool]:
     return seed, result.failed, result.holdings, result.violations, result.busy
 
 
-def search(first: int, count: int | None, seconds: float | None, jobs: int) -> int:
+def search(
+    first: int,
+    count: int | None,
+    seconds: float | None,
+    jobs: int,
+    where: frozenset[str] = frozenset(),
+) -> int:
     """Play seeds until one fails (exit 1), ``count`` pass, or ``seconds`` run out.
+
+    ``where``: only the seeds whose run has these tags (``run.shape``); ``count``
+    counts the seeds looked at.
 
     Seeds go to the workers one at a time, a few per worker ahead, and come back in
     order. A worker that dies (killed by the kernel, or aborted by a Lua panic) breaks
@@ -121,7 +132,8 @@ def search(first: int, count: int | None, seconds: float | None, jobs: int) -> i
     rather than wait for ever for a result that will never come.
     """
     started = time.monotonic()
-    seeds = iter(range(first, first + count) if count is not None else range(first, 2**62))
+    span = range(first, first + count) if count is not None else range(first, 2**62)
+    seeds = iter(span) if not where else (seed for seed in span if where <= shape(seed))
     played = holdings = 0
     busy: list[int] = []
     context = multiprocessing.get_context("fork")
@@ -203,7 +215,9 @@ def regressions(first_for: str | None = None) -> int:
     return 0
 
 
-def mutants(names: list[str], seconds: float, jobs: int, first: int | None) -> int:
+def mutants(
+    names: list[str], seconds: float, jobs: int, first: int | None, where: str | None = None
+) -> int:
     """Each named mutant applied in turn; the kept seeds, then the search (from
     ``first``, else search's default), must find a violation in time."""
     from tests.mutants import MUTANTS, run_mutated
@@ -214,6 +228,7 @@ def mutants(names: list[str], seconds: float, jobs: int, first: int | None) -> i
         started = time.monotonic()
         search = ["search", "--seconds", str(seconds), "--jobs", str(jobs)]
         search += ["--first", str(first)] if first is not None else []
+        search += ["--where", where] if where else []
         replay = ["regressions", "--first-for", mutant.name]
         out = run_mutated(mutant, [sys.executable, "-m", "tests.sim", *replay])
         if out.returncode != 1:  # (the kept seeds let it through: search)
@@ -250,6 +265,7 @@ def main(argv: list[str]) -> int:
     s.add_argument("--count", type=int)
     s.add_argument("--seconds", type=float)
     s.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
+    s.add_argument("--where", default="", help="tags every seed's run must have (run.shape)")
     r = sub.add_parser("replay")
     r.add_argument("seed", type=int)
     r.add_argument("--keep", type=lambda v: [int(x) for x in v.split(",") if x])
@@ -261,6 +277,7 @@ def main(argv: list[str]) -> int:
     m.add_argument("--seconds", type=float, default=300.0)
     m.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     m.add_argument("--first", type=int)
+    m.add_argument("--where", help="as search's")
     d = sub.add_parser("digests")
     d.add_argument("--first", type=int, default=1)
     d.add_argument("--count", type=int, default=20)
@@ -286,7 +303,8 @@ def main(argv: list[str]) -> int:
         if args.count is None and args.seconds is None:
             args.seconds = 1800.0
         print(f"searching from seed {args.first} ({args.jobs} jobs)", flush=True)
-        return search(args.first, args.count, args.seconds, args.jobs)
+        where = frozenset(tag for tag in args.where.split(",") if tag)
+        return search(args.first, args.count, args.seconds, args.jobs, where)
     if args.command == "replay":
         _limit_memory()
         played = _guarded(args.seed, args.keep)
@@ -303,7 +321,7 @@ def main(argv: list[str]) -> int:
             f"python -m tests.sim replay {args.seed} --keep {','.join(map(str, keep))}"
         )
         return 1 if result.failed else 0
-    return mutants(args.names, args.seconds, args.jobs, args.first)
+    return mutants(args.names, args.seconds, args.jobs, args.first, args.where)
 
 
 if __name__ == "__main__":

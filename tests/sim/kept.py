@@ -62,6 +62,13 @@ REGRESSIONS: list[tuple[int, list[int] | None, str]] = [
     # false alarms of the checker: a lock_many's names marked run dry when another name
     # ran out ("revived"), and a loss told after a shielded extend() outlived its
     # caller's deadline, counted without the node timeout it waited ("told late").
+    # Found on main by the first schedules focused on turns (from 2**39, no fault): a
+    # process named held the lock past the others' fallback, was taken out of line, and
+    # the next holder's handoffs found nobody else waiting: 8 holdings in a row. Its
+    # mutant ("a process named is passed over while the lock is held (it took it)")
+    # costs little since the ninth session (a process taken out is told, and joins
+    # again at once): the seed no longer catches it; the suite does (a process told).
+    (549755813917, [], "a process named and holding was taken out of line (fixed)"),
     (17592226047226, [4, 7], "an extend() that found its lock gone left the body untold"),
     (17592226046275, [0, 2], "checker: a lock_many read 0 marked its renewed names dry"),
     (17592236045824, [0, 1, 2, 3], "checker: a loss told after a shielded extend() timed out"),
@@ -246,15 +253,6 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         11903222,
         [0, 1, 2, 3, 4],
         "at rest",
-    ),
-    # Found on main by the first schedules focused on turns (from 2**39, no fault): a
-    # process named held the lock past the others' fallback, was taken out of line, and
-    # the next holder's handoffs found nobody else waiting: 8 holdings in a row.
-    (
-        "a process named is passed over while the lock is held (it took it)",
-        549755813917,
-        [],
-        "streak",
     ),
     # Focused on repair (from 2**40): n1 restarted at 0.17 s, n0 at 4.38 s; without
     # repair a lock and a slot, held since the start, were on one node of three after

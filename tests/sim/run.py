@@ -413,6 +413,21 @@ class Result:
         return hashlib.sha256("\n".join(self.history).encode()).hexdigest()[:16]
 
 
+def shape(seed: int) -> set[str]:
+    """What ``seed``'s run is, as tags a search may ask for (``search --where``):
+    ``focus=<name>``, ``pubsub_refused``, ``out_of_line``, ``no_fault``, ``late_subscriptions``,
+    ``chunks``, ``nodes=<n>``. Drawn as the run draws them, without playing it."""
+    cfg = make_config(seed)
+    faults = make_faults(seed, cfg)
+    tags = {f"focus={cfg.focus}", f"nodes={cfg.nodes}"}
+    tags |= {"pubsub_refused"} if make_models(seed).pubsub_refused else set()
+    tags |= {"out_of_line"} if cfg.out_of_line else set()
+    tags |= {"no_fault"} if not faults else set()
+    tags |= {"late_subscriptions"} if faults and only_late_subscriptions(faults) else set()
+    tags |= {"chunks"} if make_chunks(seed) else set()
+    return tags
+
+
 def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     """Play the schedule of ``seed`` (only the faults numbered in ``keep``, if given)."""
     cfg = make_config(seed)
