@@ -244,16 +244,22 @@ class InLine:
 
 
 async def two_in_line(
-    stack: contextlib.AsyncExitStack, urls: list[str], clients: list[redis.Redis], name: str
+    stack: contextlib.AsyncExitStack,
+    urls: list[str],
+    clients: list[redis.Redis],
+    name: str,
+    *,
+    first_ttl: float = 30,
 ) -> InLine:
-    """A holder of ``name`` (ttl 30 s), and two managers in its turn queue behind it."""
+    """A holder of ``name`` (ttl 30 s), and two managers in its turn queue behind it
+    (the first one's lock with ``first_ttl``, the second's 30 s)."""
     holder_side = await stack.enter_async_context(aiolock.LockManager(urls))
     holder = holder_side.lock(name, ttl=30, auto_renew=False)
     assert await holder.acquire(timeout=0)
     waiting = []
     for place in (1, 2):
         manager = await stack.enter_async_context(aiolock.LockManager(urls))
-        lock = manager.lock(name, ttl=30, auto_renew=False)
+        lock = manager.lock(name, ttl=first_ttl if place == 1 else 30, auto_renew=False)
         waiting.append((manager, lock, asyncio.create_task(lock.acquire(timeout=20))))
         await in_line(clients, name, place)
     return InLine(holder, waiting)

@@ -619,6 +619,12 @@ async def test_a_head_that_leaves_as_its_process_gives_way_does_not_beat_the_pro
         await behind.release()
 
 
+def _no_refresh_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entries refreshed every 5 s (living 10 s): none comes back during the test."""
+    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)
+    monkeypatch.setattr(aiolock._turns, "ENTRY_TTL", 10.0)
+
+
 @pytest.mark.usefixtures("naming_only")
 async def test_a_named_process_that_holds_past_the_fallback_stays_in_line(
     urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
@@ -630,8 +636,7 @@ async def test_a_named_process_that_holds_past_the_fallback_stays_in_line(
     # refreshed its entry, handoffs found nobody else in line: the other process, next
     # to hold, handed the lock to its own waiters 7 times while the first one waited
     # (the promise is at most LOCAL_STREAK).
-    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)  # no entry comes back meanwhile
-    monkeypatch.setattr(aiolock._turns, "ENTRY_TTL", 10.0)
+    _no_refresh_meanwhile(monkeypatch)
     # A process taken out of line joins again at once since (it is told): that it was
     # never taken out is read from what it was told, too.
     told = []
@@ -678,31 +683,22 @@ async def test_a_named_process_taken_out_of_line_as_its_lock_expired_joins_again
     # and waiting, was out of line until its next refresh: the other handed the lock to
     # its own waiters 8 times in a row meanwhile. A process taken out of line is told,
     # and joins again at its place at once.
-    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)  # no entry comes back meanwhile
-    monkeypatch.setattr(aiolock._turns, "ENTRY_TTL", 10.0)
+    _no_refresh_meanwhile(monkeypatch)
     # The waiter of the process named tries after the other's fallback (0.5 s), though
     # the holder's key expired before it (0.3 s).
     monkeypatch.setattr(aiolock._waiting, "EXPIRY_SLACK", 1.0)
     async with contextlib.AsyncExitStack() as stack:
-        enter = stack.enter_async_context
-        holder_side, named, other = [await enter(LockManager(urls)) for _ in range(3)]
-        holder = holder_side.lock(name, ttl=30, auto_renew=False)
-        assert await holder.acquire(timeout=0)
-        short = named.lock(name, ttl=0.3, auto_renew=False)
-        short_waits = asyncio.create_task(short.acquire(timeout=20))
-        await in_line(clients, name, 1)
-        other_lock = other.lock(name, ttl=30, auto_renew=False)
-        other_waits = asyncio.create_task(other_lock.acquire(timeout=20))
-        await in_line(clients, name, 2)
-        await holder.release()  # names the process first in line, which takes it
-        assert await asyncio.wait_for(short_waits, 20)
+        line = await two_in_line(stack, urls, clients, name, first_ttl=0.3)
+        named, short, other_lock = line.first, line.first_lock, line.second_lock
+        await line.holder.release()  # names the process first in line, which takes it
+        assert await asyncio.wait_for(line.first_waits, 20)
         # The process named waits again, in line, while its lock runs out.
         again = named.lock(name, ttl=30, auto_renew=False)
         again_waits = asyncio.create_task(again.acquire(timeout=20))
         await in_line(clients, name, 2)
         # The other's fallback finds the lock free, takes the process named out of the
         # line, and takes the lock.
-        assert await asyncio.wait_for(other_waits, 20)
+        assert await asyncio.wait_for(line.second_waits, 20)
         assert not again_waits.done()
         turns = key(name) + ":turns"
         member = named._engine.turns.member if named._engine.turns is not None else b""
