@@ -282,6 +282,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "writer-not-given-readers-keys",
         "renewal-extends-other-tokens",
         "renewal-chunks-at-once",
+        "polling-head-after-give-way",
         "taken-out-of-line-until-refresh",
     ],
 )

@@ -414,6 +414,16 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "one chunk",
     ),
+    # A 2-minute search for this mutant alone over runs focused on turns with pub/sub
+    # refused (search --where focus=turns,pubsub_refused, from 2**45 + 2e7: 583 such
+    # schedules; shrunk to no fault): at its streak's end p0 gave way, and its polling
+    # head tried at the poll that came due and won; 8 holdings in a row.
+    (
+        "a polling head tries at its poll just after its process gave way",
+        35184392141620,
+        [],
+        "streak",
+    ),
     # Found on main in the ninth session (the first search from CHUNKS_FROM, 43
     # schedules; shrunk to no fault): a process named by a release took the lock and
     # held it past its ttl; it expired just before the other process's fallback, which
