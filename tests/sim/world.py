@@ -407,7 +407,9 @@ class Link:
         connection, the next written once the last one's reply came
         (docs/explanation/safety.md: "an acquire written meanwhile waits for one chunk,
         not the whole batch"). Two written at one instant break it: one chunk's reply
-        takes a round trip, and the renewal's rounds are apart in time."""
+        takes a round trip, and the renewal's rounds are apart in time. (Judged in runs
+        without faults: a connection that was down flushes what queued meanwhile, the
+        chunks of two batches among it.)"""
         if self.dead and self.process in self.world.dead:
             return  # (its process died: nothing more leaves it)
         world = self.world
