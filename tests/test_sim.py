@@ -283,6 +283,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "renewal-extends-other-tokens",
         "renewal-chunks-at-once",
         "polling-head-after-give-way",
+        "unheard-grant-before-subscription",
         "taken-out-of-line-until-refresh",
     ],
 )

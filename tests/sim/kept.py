@@ -429,6 +429,18 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "streak",
     ),
+    # The first kill of a tentative offer's mutant: a 3-minute search over runs focused
+    # on turns with subscriptions held back (search --where
+    # focus=turns,late_subscriptions, from 2**45 + 2.5e7: 443 such schedules; shrunk
+    # to two spells): a grant published before the node had the process's subscription
+    # to it, unheard, took a live process out of line; the other held the name 8 times
+    # in a row.
+    (
+        "a grant unheard by a process whose subscription was not in place takes it out of line",
+        35184397102415,
+        [1, 2],
+        "streak",
+    ),
     # Found on main in the ninth session (the first search from CHUNKS_FROM, 43
     # schedules; shrunk to no fault): a process named by a release took the lock and
     # held it past its ttl; it expired just before the other process's fallback, which
