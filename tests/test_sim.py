@@ -284,6 +284,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "renewal-chunks-at-once",
         "polling-head-after-give-way",
         "unheard-grant-before-subscription",
+        "firm-offer-before-confirmation",
         "taken-out-of-line-until-refresh",
     ],
 )

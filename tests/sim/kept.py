@@ -441,6 +441,15 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [1, 2],
         "streak",
     ),
+    # The same search for the next tentative-offer mutant (134 such schedules; shrunk
+    # to one spell): an offer made firm before the node confirmed the subscription,
+    # its grant unheard, took the live process out of line; 8 holdings in a row.
+    (
+        "a process offers firmly before its subscriptions to the grants are confirmed",
+        35184397092463,
+        [0],
+        "streak",
+    ),
     # Found on main in the ninth session (the first search from CHUNKS_FROM, 43
     # schedules; shrunk to no fault): a process named by a release took the lock and
     # held it past its ttl; it expired just before the other process's fallback, which
