@@ -285,6 +285,8 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "polling-head-after-give-way",
         "unheard-grant-before-subscription",
         "firm-offer-before-confirmation",
+        "tentative-until-refresh",
+        "head-takes-over-as-process-gives-way",
         "taken-out-of-line-until-refresh",
     ],
 )

@@ -450,6 +450,25 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [0],
         "streak",
     ),
+    # The same search's third: an offer left tentative until the next refresh, its
+    # process's subscriptions held back for 3 s (one spell, shrunk): p0 held the name
+    # 8 times in a row.
+    (
+        "a tentative offer stays tentative until the entry's next refresh",
+        35184397102415,
+        [2],
+        "streak",
+    ),
+    # Lost in the seventh session; a 150-s search over runs focused on turns (--where
+    # focus=turns, from 2**45 + 3e7) found it in its 7th schedule (shrunk to one spell
+    # of p1's subscriptions held back): a head that took over as its process gave way
+    # tried at once and won; 8 holdings in a row.
+    (
+        "a head that takes over as its process gives way tries at once",
+        35184402088935,
+        [0],
+        "streak",
+    ),
     # Found on main in the ninth session (the first search from CHUNKS_FROM, 43
     # schedules; shrunk to no fault): a process named by a release took the lock and
     # held it past its ttl; it expired just before the other process's fallback, which
