@@ -287,6 +287,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "firm-offer-before-confirmation",
         "tentative-until-refresh",
         "head-takes-over-as-process-gives-way",
+        "expired-release-restarts-streak",
         "taken-out-of-line-until-refresh",
     ],
 )

@@ -469,6 +469,15 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [0],
         "streak",
     ),
+    # Lost in the seventh session; the same 150-s search over runs focused on turns
+    # found it after 590 schedules (shrunk to no fault): a release of an expired hold at
+    # the streak's limit started the streak again; 8 holdings in a row.
+    (
+        "an expired hold's release at the streak's limit starts the streak again",
+        35184402098707,
+        [],
+        "streak",
+    ),
     # Found on main in the ninth session (the first search from CHUNKS_FROM, 43
     # schedules; shrunk to no fault): a process named by a release took the lock and
     # held it past its ttl; it expired just before the other process's fallback, which
