@@ -110,8 +110,8 @@ KEY = b"aiolock:{%s}"
 #: By this long after a writer began to wait, its first attempt has reached every
 #: node (a round trip, under a millisecond without faults): see writers_first.
 INTENT_AFTER = 0.01
-#: A reader that took a read-write lock this soon after a writer's release returned
-#: may have won the race that followed it (see writers_first).
+#: A reader that took a read-write lock this close to a writer's release returning
+#: (before or after) may have won the race that followed it (see writers_first).
 RACE = 0.05
 
 
@@ -397,7 +397,7 @@ def writers_first(
             took = r.steps[0][0]
             if not (w.since + INTENT_AFTER <= r.began and took < w.until):
                 continue
-            if any(0.0 <= took - at <= RACE for at in released.get(w.name, [])):
+            if any(abs(took - at) <= RACE for at in released.get(w.name, [])):
                 continue
             problems.append(
                 f"writers first: {r.owner} began to read {w.name!r} at {r.began:.6f} and "
