@@ -288,6 +288,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "tentative-until-refresh",
         "head-takes-over-as-process-gives-way",
         "expired-release-restarts-streak",
+        "grants-subscribed-with-offer",
         "taken-out-of-line-until-refresh",
     ],
 )

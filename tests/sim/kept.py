@@ -486,6 +486,16 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "streak",
     ),
+    # The last of the four tentative-offer mutants: a 150-s search over runs focused on
+    # turns with subscriptions held back (--where, from 2**45 + 5e7; 459 such
+    # schedules; shrunk to two spells): a head that subscribed to its grants only as it
+    # joined the line, its offer sent with the subscription; 8 holdings in a row.
+    (
+        "a head subscribes to the grants only as it joins the line, with its offer",
+        35184422103604,
+        [0, 2],
+        "streak",
+    ),
     # Found on main in the ninth session (the first search from CHUNKS_FROM, 43
     # schedules; shrunk to no fault): a process named by a release took the lock and
     # held it past its ttl; it expired just before the other process's fallback, which
