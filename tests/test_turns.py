@@ -639,11 +639,14 @@ async def test_a_named_process_that_holds_past_the_fallback_stays_in_line(
     _no_refresh_meanwhile(monkeypatch)
     # A process taken out of line joins again at once since (it is told): that it was
     # never taken out is read from what it was told, too.
-    told = []
+    told: list[aiolock._turns.Entry] = []
     taken_out = aiolock._turns.Entry.taken_out
-    monkeypatch.setattr(
-        aiolock._turns.Entry, "taken_out", lambda entry: (told.append(1), taken_out(entry))
-    )
+
+    def noted(entry: aiolock._turns.Entry) -> None:
+        told.append(entry)
+        taken_out(entry)
+
+    monkeypatch.setattr(aiolock._turns.Entry, "taken_out", noted)
     async with contextlib.AsyncExitStack() as stack:
         line = await two_in_line(stack, urls, clients, name)
         named = line.first._engine.turns
