@@ -1051,7 +1051,7 @@ class Worker:
             # and when a writer's release returned.)
             if waits and not held:
                 self.rec.writes.append(RWWait(name, self.owner, since, self.now(), False))
-            elif write:
+            elif write and held:
                 self.rec.released.setdefault(name, []).append(self.now())
 
     async def op_many(self, end: float) -> None:
