@@ -544,7 +544,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
             else []
         ),
         *(
-            writers_first(rec.holdings, rec.writes, rec.released)
+            writers_first(rec.holdings, rec.writes, rec.released, late=bool(faults))
             if rec.live.on and only_late_subscriptions(faults)
             else []
         ),
