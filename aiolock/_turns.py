@@ -205,13 +205,15 @@ class Entry:
         between is then taken out of line by the first grant it cannot hear.
         """
         if self._tentative and self._refresh is not None and self._offer_is_firm():
-            self._refresh.cancel()
             self._send_join()
 
     def _offer_is_firm(self) -> bool:
         return all(c.done() for c in self._confirmed)
 
     def _send_join(self) -> None:
+        """Send our entry now; the next refresh counts from here."""
+        if self._refresh is not None:
+            self._refresh.cancel()
         turns = self._turns
         offer = self._offer()
         turns.broadcast(TURN_JOIN_SCRIPT, (*self._join_args, *offer))
@@ -227,8 +229,6 @@ class Entry:
         17592186151447). Called before each attempt of a head that polls.
         """
         if self.offering and self._head() is None:
-            if self._refresh is not None:
-                self._refresh.cancel()
             self._send_join()
 
     def release_args(self) -> tuple[bytes, ...]:
@@ -275,7 +275,6 @@ class Entry:
         repeated message costs one refresh of our entry; after we left, nothing.
         """
         if self._refresh is not None:
-            self._refresh.cancel()
             self._send_join()
 
     def taken(self) -> None:
