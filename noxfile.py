@@ -209,11 +209,12 @@ def determinism(session: nox.Session) -> None:
     from 2**39 (runs focused on one part); 100 from 2**40 (foci on repair and on
     stalls); 100 from 2**41 (a focus on lag); 100 from 2**42 (a process dies); 100
     from 2**43 (extend() deadlines shorter than a round trip); 100 from 2**44
-    (subscriptions held back); 100 from 2**45, where the search starts (the renewal in
-    small chunks); every seed kept as a test, with the faults it keeps) and writes
-    their digests under .nox/sim-digests/, keyed by a hash of the library's and the
-    simulation's sources; each compares its digests with those any other Python wrote
-    for the same sources.
+    (subscriptions held back); 100 from 2**45 (the renewal in small chunks); 100
+    from 2**46, where the search starts (each node a cluster of one master); every
+    seed kept as a test, with the faults it keeps) and writes their digests under
+    .nox/sim-digests/, keyed by a hash of the library's and the simulation's
+    sources; each compares its digests with those any other Python wrote for the
+    same sources.
     `nox -s determinism` runs them all (3.11 to 3.13). (Seeds below 2**35 run
     asyncio's batches: about 1 in 100 of them differs between versions;
     docs/project/testing.md.)
@@ -236,6 +237,7 @@ def determinism(session: nox.Session) -> None:
         session.run(*sim, "--first", str(2**43), "--count", "100", silent=True),
         session.run(*sim, "--first", str(2**44), "--count", "100", silent=True),
         session.run(*sim, "--first", str(2**45), "--count", "100", silent=True),
+        session.run(*sim, "--first", str(2**46), "--count", "100", silent=True),
         session.run(*sim, "--kept", silent=True),
     ]
     if not all(isinstance(out, str) for out in runs):

@@ -38,7 +38,11 @@ forgot is never taken: see Recorder.watch_orphans).
   focused on lag, whose only faults are a steady latency on every link, a round trip
   longer than node_timeout but well within the renewal's budget (run.lagging): a
   renewal waits for its replies up to a sixth of the ttl (aiolock/_renewal.py:
-  "Renewal is not latency-bound").
+  "Renewal is not latency-bound"); and (from world.STEP_STALL_FROM) in runs focused
+  on short blocks, whose only faults are stalls within steps, each longer than
+  node_timeout and shorter than a third of the ttl, far apart (run.blocking): every
+  node answers at once, its reply waits to be read, and a fan-out's timer counts
+  from its writes (aiolock/_votes.py, WriteTimer), so no operation fails a quorum.
 * **writers first**: no reader whose acquire began :data:`INTENT_AFTER` or more after
   a writer began to wait takes the read-write lock while that writer still waits
   (docs/guide/primitives.md: "a waiting writer keeps new readers out until the current
@@ -332,15 +336,18 @@ class Liveness:
         return gone
 
 
-def lost_without_a_fault(holdings: list[Holding], counts: dict[str, int]) -> list[str]:
-    """The "kept held" rule, over a run without faults (see the module's docstring)."""
+def lost_without_a_fault(
+    holdings: list[Holding], counts: dict[str, int], why: str = "lost without a fault"
+) -> list[str]:
+    """The "kept held" rule, over a run without faults (see the module's docstring), or
+    one focused on short blocks (``why``: run.blocking)."""
     problems = [
-        f"lost without a fault: {h.owner} {h.domain} token {h.token} told at {h.told_at:.6f}"
+        f"{why}: {h.owner} {h.domain} token {h.token} told at {h.told_at:.6f}"
         for h in holdings
         if h.renewed and h.told_at is not None
     ]
     problems += [
-        f"lost without a fault: {counts[what]} operations ended in {what}"
+        f"{why}: {counts[what]} operations ended in {what}"
         for what in ("lost", "quorum", "extend_quorum")
         if counts.get(what)
     ]

@@ -16,7 +16,7 @@ import random
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from unittest import mock
 
@@ -41,14 +41,16 @@ from .live import (
     lost_without_a_fault,
     writers_first,
 )
-from .workload import FOCI_DEATH, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
+from .workload import FOCI_BLOCK, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
     CHUNKS_FROM,
+    CLUSTER_FROM,
     EPOCH,
     LIVE_FROM,
     MODELS_FROM,
     ORDERED_FROM,
     SKEW_FROM,
+    STEP_STALL_FROM,
     SUBSCRIBE_LATE_FROM,
     Deadlock,
     Fault,
@@ -146,10 +148,13 @@ class Models:
     #: another database number) or ``"address"`` (a second host name that reaches it).
     #: They must refuse to start; the run is that check alone.
     alias: str | None = None
+    #: Each node is a Redis Cluster of one master (from CLUSTER_FROM, world.World.cluster).
+    cluster: bool = False
 
     def __str__(self) -> str:
         shown = ["pub/sub refused"] if self.pubsub_refused else []
         shown += [f"one server twice ({self.alias})"] if self.alias else []
+        shown += ["each node a cluster of one master"] if self.cluster else []
         return ", ".join(shown)
 
 
@@ -159,7 +164,11 @@ def make_models(seed: int) -> Models:
         return Models()
     rng = random.Random(f"models-{seed}")
     alias = rng.choice(("database", "address")) if rng.random() < 1 / 16 else None
-    return Models(pubsub_refused=rng.random() < 1 / 6, alias=alias)
+    models = Models(pubsub_refused=rng.random() < 1 / 6, alias=alias)
+    if seed >= CLUSTER_FROM and not alias:  # (a stream of its own: the draws above stand)
+        cluster = random.Random(f"cluster-{seed}").random() < 1 / 6
+        models = Models(pubsub_refused=models.pubsub_refused, cluster=cluster)
+    return models
 
 
 async def aliases_refused(world: World, alias: str) -> list[str]:
@@ -214,6 +223,12 @@ def make_skews(seed: int, cfg: Config) -> dict[int, float]:
 #: ttl repairs the node restarted before the next restart, once it reconnected (the
 #: library's reconnect backoff is at most 0.5 s).
 SPACING = 1.0
+#: A run focused on blocks (run.blocking): its longest stall, below a third of the
+#: shortest ttl there (a renewal comes late, never too late) and the "no reply"
+#: watchdog's 1 s; and the least time from a stall's end to the next's beginning,
+#: above that watchdog (two stalls' waits never add up to it before a reply is read).
+BLOCK_LONGEST = 0.5
+BLOCK_SPACING = 1.2
 
 
 def spaced_restarts(rng: random.Random, cfg: Config) -> list[Fault]:
@@ -247,6 +262,19 @@ def lagging(rng: random.Random, cfg: Config) -> list[Fault]:
     return faults
 
 
+def blocking(rng: random.Random, cfg: Config) -> list[Fault]:
+    """The faults of a run focused on blocks: stalls within steps (see
+    world.STEP_STALL_FROM), each longer than node_timeout and shorter than
+    :data:`BLOCK_LONGEST`, at least :data:`BLOCK_SPACING` apart."""
+    faults = []
+    at = rng.uniform(0.1, 1.0)
+    while at < cfg.seconds:
+        seconds = rng.uniform(1.2 * NODE_TIMEOUT, BLOCK_LONGEST)
+        faults.append(Fault(at, "stall", seconds=seconds, flag=True, rank=rng.randint(1, 12)))
+        at += seconds + BLOCK_SPACING + rng.uniform(0.0, 1.0)
+    return faults
+
+
 def late_subscriptions(rng: random.Random, cfg: Config) -> list[Fault]:
     """The faults of a schedule drawn without any, half the time from
     SUBSCRIBE_LATE_FROM on: 1 to 4 spells in which a process's subscriptions (or every
@@ -272,6 +300,8 @@ def late_subscriptions(rng: random.Random, cfg: Config) -> list[Fault]:
 def make_faults(seed: int, cfg: Config) -> list[Fault]:
     """The faults of a schedule, in time order."""
     faults = _make_faults(seed, cfg)
+    if seed >= CLUSTER_FROM and make_models(seed).cluster:  # (see world.CLUSTER_FROM)
+        faults = [f for f in faults if f.kind not in ("restart", "failover")]
     if not faults and seed >= SUBSCRIBE_LATE_FROM:
         late = random.Random(f"subscribe-{seed}")
         if late.random() < 0.5:
@@ -285,13 +315,15 @@ def _make_faults(seed: int, cfg: Config) -> list[Fault]:
         return spaced_restarts(rng, cfg)
     if cfg.focus == "lag":  # (from LAG_FROM on)
         return lagging(rng, cfg)
+    if cfg.focus == "block":  # (from STEP_STALL_FROM on)
+        return blocking(rng, cfg)
     if cfg.focus == "death":  # (from DEATH_FROM on): one process dies
         at = rng.uniform(0.5, cfg.seconds - 1.0)
         return [Fault(at, "die", process=rng.randrange(cfg.processes))]
     count = rng.choice((0, 0, 2, 4, 8, 12, 16) if seed >= LIVE_FROM else (0, 2, 4, 8, 12, 16))
     kinds: tuple[str, ...] = KINDS
     if cfg.focus is not None:  # (from FOCUS_FROM on: the kinds its part needs)
-        kinds = FOCI_DEATH[cfg.focus]
+        kinds = FOCI_BLOCK[cfg.focus]
         count = rng.choice((0, 4, 8, 12)) if kinds else 0
         if count:
             kinds = tuple(rng.sample(kinds, rng.randint(1, min(3, len(kinds)))))
@@ -364,6 +396,14 @@ def _make_faults(seed: int, cfg: Config) -> list[Fault]:
             fault = Fault(at, kind, seconds=rng.uniform(0.005, 1.5))
         faults.append(fault)
     faults.sort(key=lambda f: f.at)
+    if seed >= STEP_STALL_FROM and cfg.focus != "block":  # (a stream of its own)
+        within = random.Random(f"within-{seed}")
+        faults = [
+            replace(f, flag=True, rank=within.randint(1, 12))
+            if f.kind == "stall" and within.random() < 0.5
+            else f
+            for f in faults
+        ]
     return faults
 
 
@@ -416,11 +456,14 @@ class Result:
 def shape(seed: int) -> set[str]:
     """What ``seed``'s run is, as tags a search may ask for (``search --where``):
     ``focus=<name>``, ``pubsub_refused``, ``out_of_line``, ``no_fault``, ``late_subscriptions``,
-    ``chunks``, ``nodes=<n>``. Drawn as the run draws them, without playing it."""
+    ``chunks``, ``nodes=<n>``, ``cluster``. Drawn as the run draws them, without
+    playing it."""
     cfg = make_config(seed)
     faults = make_faults(seed, cfg)
+    models = make_models(seed)
     tags = {f"focus={cfg.focus}", f"nodes={cfg.nodes}"}
-    tags |= {"pubsub_refused"} if make_models(seed).pubsub_refused else set()
+    tags |= {"pubsub_refused"} if models.pubsub_refused else set()
+    tags |= {"cluster"} if models.cluster else set()
     tags |= {"out_of_line"} if cfg.out_of_line else set()
     tags |= {"no_fault"} if not faults else set()
     tags |= {"late_subscriptions"} if faults and only_late_subscriptions(faults) else set()
@@ -442,12 +485,13 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         faults = []
     world = World(seed=seed, nodes_count=cfg.nodes, drift=DRIFT, faults=faults)
     world.pubsub_refused = models.pubsub_refused
+    world.cluster = models.cluster
     world.skews = make_skews(seed, cfg)
     if cfg.grace is not None:
         world.grace = cfg.grace
     rec = Recorder(world)
     rec.live = Liveness(world, cfg.processes)
-    if cfg.out_of_line:
+    if cfg.out_of_line or models.cluster:  # (nobody takes turns on a cluster)
         rec.live.streak_limit = OUT_OF_LINE_STREAK_LIMIT
         rec.live.racing = True
     rec.nudge_chance = cfg.nudge
@@ -549,6 +593,11 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
             else []
         ),
         *(
+            lost_without_a_fault(rec.holdings, rec.counts, "lost under short blocks")
+            if cfg.focus == "block"
+            else []
+        ),
+        *(
             lost_needlessly(rec.holdings, cfg.focus, [EPOCH + f.at for f in faults])
             if cfg.focus in ("repair", "lag")
             else []
@@ -566,6 +615,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         # back, sends what queued meanwhile at one instant, two batches' chunks among
         # it: seed 35184382090313, a pause and a stall.)
         *(world.wire if only_late_subscriptions(faults) else []),
+        *world.line,
     ]
     for problem in violations:
         world.trace(f"VIOLATION {problem.splitlines()[0]}")

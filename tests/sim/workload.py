@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from redis.asyncio import RedisCluster
+
 from aiolock import (
     LockError,
     LockEvent,
@@ -48,6 +50,7 @@ from .world import (
     ORDERED_FROM,
     REPAIR_FROM,
     SKEW_FROM,
+    STEP_STALL_FROM,
     TIGHT_FROM,
     SimLoop,
     World,
@@ -219,7 +222,9 @@ def make_config(seed: int) -> Config:
         cfg.nudge = random.Random(f"nudge-{seed}").choice((0.0, 0.2, 0.5))
     if seed >= FOCUS_FROM:
         foci = (
-            FOCI_DEATH
+            FOCI_BLOCK
+            if seed >= STEP_STALL_FROM
+            else FOCI_DEATH
             if seed >= DEATH_FROM
             else FOCI_LAG
             if seed >= LAG_FROM
@@ -281,6 +286,15 @@ FOCI_LAG: dict[str, tuple[str, ...]] = {**FOCI_LATER, "lag": ("lag",)}
 #:   grant to it must be undone (nobody hears it), or the lock waits out the offer's
 #:   ttl held by nobody (the orphan rule judges these runs).
 FOCI_DEATH: dict[str, tuple[str, ...]] = {**FOCI_LAG, "death": ("die",)}
+#: From STEP_STALL_FROM on, one more:
+#:
+#: * ``block``: plain locks, renewed ones and slots, many short bodies (fan-outs all
+#:   the time), under short stalls within steps far apart (run.blocking), as a task's
+#:   synchronous work blocks the loop: each shorter than a third of the ttl and than
+#:   the nodes' "no reply" watchdog (1 s), more than node_timeout. A node answers at
+#:   once, and its reply waits to be read: nothing may time out, fail a quorum or be
+#:   lost there (live.py's "kept held" rule judges these runs).
+FOCI_BLOCK: dict[str, tuple[str, ...]] = {**FOCI_DEATH, "block": ("block",)}
 
 
 def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FOCI) -> None:
@@ -317,6 +331,13 @@ def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FO
         _renewed_work(cfg, rng, (1.2, 3.0), (6.0, 10.0))
     elif cfg.focus == "stall":
         _renewed_work(cfg, rng, (0.3, 1.0))  # (no extend(): see Recorder.dry)
+    elif cfg.focus == "block":
+        cfg.processes, cfg.tasks = rng.choice((2, 3)), rng.choice((2, 3))
+        cfg.names = ("a", "b")
+        cfg.ops = ("lock", "lock", "manual", "sem")
+        cfg.ttl = rng.uniform(1.8, 3.0)
+        cfg.short = rng.choice((0.7, 0.9))
+        cfg.seconds = rng.uniform(5.0, 9.0)
     elif cfg.focus == "sem":
         cfg.processes, cfg.tasks = 3, rng.choice((2, 2, 1))
         cfg.ops = ("sem",)
@@ -1080,8 +1101,11 @@ async def run_processes(world: World, cfg: Config, rec: Recorder, seed: int) -> 
             error = f" {event.error}" if event.error is not None else ""
             rec.event(f"p{p}", f"event {event.kind} {event.name} {event.seconds:.4f}{error}")
 
+        nodes: list[Any] = list(world.urls)
+        if world.cluster:  # (each a cluster of one master: see world.CLUSTER_FROM)
+            nodes = [RedisCluster(host=n.host, port=n.port) for n in world.nodes]
         async with LockManager(
-            world.urls, node_timeout=NODE_TIMEOUT, on_event=on_event, restart_grace=cfg.grace
+            nodes, node_timeout=NODE_TIMEOUT, on_event=on_event, restart_grace=cfg.grace
         ) as locks:
             if p in cfg.out_of_line:  # (as on Redis Cluster: see aiolock/_engine.py)
                 engine = locks._engine

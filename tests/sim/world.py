@@ -16,7 +16,8 @@ back on some nodes past its node timeout), sever (with the commands in flight ap
 or not), pause, restart empty (with a new run_id or, as after a restore behind the
 quarantine's back, the same), failover (another server, empty, takes a node's address
 over), pub/sub messages late or lost, client stalls (the loop blocked: time passes,
-nothing runs), and a process's wall clock stepping (jump).
+no client runs; between two batches of callbacks, or from STEP_STALL_FROM within one,
+while the nodes go on), and a process's wall clock stepping (jump).
 Node clocks drift: each node's clock runs at its own rate within the drift bound; each
 process's wall clock (``time.time``, the fencing floor's) may be off by a skew of its
 own (``World.skews``), its monotonic clock not.
@@ -42,8 +43,9 @@ from typing import Any
 import hiredis
 
 from aiolock._scripts import EXTEND_MANY_SCRIPT
+from aiolock._turn_scripts import TURN_LEAVE_SCRIPT
 
-from .server import Error, Status, Store, encode
+from .server import Error, Status, Store, ZSet, encode
 
 #: Which simulated process (manager) is running: set by the workload, read on connect.
 current_process: contextvars.ContextVar[int] = contextvars.ContextVar("sim_process", default=-1)
@@ -133,6 +135,27 @@ SUBSCRIBE_LATE_FROM = 2**44
 #: more than one, and the "one chunk" rule (:meth:`Link.from_client`) read nothing.
 #: The search starts here.
 CHUNKS_FROM = 2**45
+#: Seeds from here on give the managers, in a sixth of their runs (``run.Models``, from
+#: a stream of their own), each node as a **Redis Cluster** of one master serving every
+#: slot (a ``RedisCluster`` client): ``aiolock._cluster.ClusterNode`` reads the slot map
+#: (``CLUSTER SLOTS``), releases are announced with ``SPUBLISH`` and waiters listen with
+#: ``SSUBSCRIBE``, renewal batches are split by slot, and no process takes turns (none
+#: do on a cluster). Without restarts and failovers in those runs: a cluster is not
+#: checked for restarts (its masters come and go with the slot map), and its own
+#: failover is its replica's, which the world does not model. Nor MOVED, ASK or a
+#: second master. The search starts here.
+CLUSTER_FROM = 2**46
+#: Seeds from here on (the same range) make half their stalls strike **within a step**
+#: (``run.make_faults``, a stream of its own; ``Fault.flag``): the loop blocks inside a
+#: callback, as a task's own synchronous work blocks it, after ``Fault.rank`` more
+#: callbacks were scheduled (``SimLoop.call_soon``), not between two batches of them.
+#: So a stall can come between what a step schedules and the rest of it: between a
+#: fan-out's requests queued and their writes at the end of the iteration. And from
+#: here on, every stall lets the network and the nodes go on (World.stall): commands
+#: in flight arrive and run, and their replies wait to be read, as in a real process
+#: blocked (before, the world waited too, and a reply sent before a stall was read
+#: after every timer it had outlasted: a node timed out that had answered at once).
+STEP_STALL_FROM = 2**46
 #: The EVALSHA of the renewal's batch script (see Link.from_client).
 RENEWAL_BATCH = EXTEND_MANY_SCRIPT.sha
 
@@ -208,6 +231,11 @@ class SimLoop(asyncio.SelectorEventLoop):
         self._timer_seq = 0
         #: Tasks to cancel as they are next woken, until when, and how (see call_soon).
         self.cancel_at_wake: dict[Any, tuple[float, Callable[[], None]]] = {}
+        #: A stall within a step (see STEP_STALL_FROM): how many more callbacks are
+        #: scheduled before it strikes, and how long it lasts.
+        self.blocking: list[Any] | None = None
+        #: A stall is running the world's timers (see run_world_until).
+        self.stalling = False
         super().__init__(_Selector(world))
 
     def time(self) -> float:
@@ -228,7 +256,15 @@ class SimLoop(asyncio.SelectorEventLoop):
         self, callback: Callable[..., object], *args: Any, context: Any = None
     ) -> asyncio.Handle:
         """As asyncio's; a task armed in :attr:`cancel_at_wake` is cancelled first, when
-        its wake-up is scheduled (what woke it has happened, it has not run yet)."""
+        its wake-up is scheduled (what woke it has happened, it has not run yet). A
+        stall within a step strikes here: the callback running blocks the loop before
+        it schedules this one (a task's own work, or another's, between two awaits)."""
+        if self.blocking is not None and not self.stalling:
+            self.blocking[0] -= 1
+            if self.blocking[0] <= 0:
+                seconds, self.blocking = self.blocking[1], None
+                self.world.trace(f"stall {seconds:.3f}s within a step")
+                self.world.stall(seconds)
         if self.cancel_at_wake:
             task = getattr(callback, "__self__", None)
             armed = self.cancel_at_wake.pop(task, None) if task is not None else None
@@ -248,6 +284,50 @@ class SimLoop(asyncio.SelectorEventLoop):
             return True
         return False
 
+    def run_world_until(self, end: float) -> None:
+        """Run the world's timers due by ``end`` (the nodes' side: see World.stall), in
+        order, the clock at each; leave the clients' for after."""
+        self.stalling = True
+        try:
+            while True:
+                due = [
+                    entry
+                    for entry in self._timers
+                    if entry[0] <= end and not entry[2].cancelled() and self._world_side(entry[2])
+                ]
+                if not due:
+                    return
+                entry = min(due, key=lambda e: (e[0], e[1]))
+                self._timers.remove(entry)
+                heapq.heapify(self._timers)
+                self.world.now = max(self.world.now, entry[0])
+                entry[2]._run()
+        finally:
+            self.stalling = False
+
+    def _world_side(self, timer: asyncio.TimerHandle) -> bool:
+        """Whether ``timer`` is the world's, not a client's: a message toward a node, a
+        paused node resuming, a fault beginning (but a stall) or ending."""
+        owner = getattr(timer._callback, "__self__", None)  # type: ignore[attr-defined]
+        if isinstance(owner, Pipe):
+            return owner.to_server
+        if isinstance(owner, SimNode):
+            return True
+        if isinstance(owner, World):
+            fault: Fault = timer._args[0]
+            return fault.kind != "stall"
+        world = self.world
+        return owner is not None and any(
+            owner is faults
+            for faults in (
+                world._delays,
+                world._lags,
+                world._late,
+                world._pubsub,
+                world._subscribing,
+            )
+        )
+
     async def create_connection(  # type: ignore[override]
         self,
         protocol_factory: Callable[[], asyncio.BaseProtocol],
@@ -264,9 +344,13 @@ class SimLoop(asyncio.SelectorEventLoop):
 class Pipe:
     """One direction of a connection: ordered, each message with its own latency."""
 
-    def __init__(self, world: World, arrive: Callable[[bytes], None]) -> None:
+    def __init__(
+        self, world: World, arrive: Callable[[bytes], None], *, to_server: bool = False
+    ) -> None:
         self.world = world
         self.arrive = arrive
+        #: Toward a node: it goes on while the client's loop is blocked (World.stall).
+        self.to_server = to_server
         self.queue: deque[tuple[float, bytes]] = deque()
         self.last = 0.0
         self._timer: asyncio.TimerHandle | None = None
@@ -391,7 +475,7 @@ class Link:
         #: hold theirs back as well. Kept so: the seeds found since replay unchanged.)
         self.pubsub = False
         self.transport = ClientTransport(self)
-        self.up = Pipe(world, self._at_server)
+        self.up = Pipe(world, self._at_server, to_server=True)
         self.down = Pipe(world, self._at_client)
         self.reader = hiredis.Reader()
         self.channels: set[tuple[bytes, bool]] = set()
@@ -413,7 +497,7 @@ class Link:
         if self.dead and self.process in self.world.dead:
             return  # (its process died: nothing more leaves it)
         world = self.world
-        if RENEWAL_BATCH in data:
+        if RENEWAL_BATCH in data and not world.cluster:  # (a cluster splits by slot)
             if data.count(RENEWAL_BATCH) > 1 or self.batch_written == world.now:
                 world.wire.append(
                     f"one chunk: {self.name} wrote a renewal batch's chunks together at "
@@ -545,7 +629,16 @@ class SimNode:
         named = self._named(command)
         data = self.store.data
         before = [data.get(key) for key in named]
+        passing_over = (
+            len(command) == 8 and command[1] == TURN_LEAVE_SCRIPT.sha and command[2] == b"4"
+        )
+        held = passing_over and self._alive(command[6]) and self._in_line(command[3], command[7])
         reply = self._session_command(link, command)
+        if held and not self._in_line(command[3], command[7]):
+            self.world.line.append(
+                f"stays in line: n{self.index} took {command[7].decode()} out of the line of "
+                f"{command[6].decode()} at {self.world.now:.6f}, the lock held there"
+            )
         if reply is not _NO_REPLY:
             link.reply(encode(reply))
         expires = self.store.expires
@@ -557,6 +650,17 @@ class SimNode:
                 self.world.bare[key] = (self.world.now, self.index)
         if self.world.observer is not None:
             self.world.observer()
+
+    def _alive(self, key: bytes) -> bool:
+        """Whether ``key`` is alive here, read without touching the store."""
+        store = self.store
+        expiry = store.expires.get(key)
+        return key in store.data and (expiry is None or store.now() <= expiry)
+
+    def _in_line(self, line: bytes, member: bytes) -> bool:
+        """Whether ``member`` has an entry in the turn queue ``line`` here (read only)."""
+        queue = self.store.data.get(line)
+        return self._alive(line) and isinstance(queue, ZSet) and member in queue.scores
 
     @staticmethod
     def _named(c: list[bytes]) -> list[bytes]:
@@ -578,6 +682,12 @@ class SimNode:
             )
         if name in (b"CLIENT", b"SELECT", b"AUTH"):
             return Status(b"OK")
+        if name == b"CLUSTER":
+            if not self.world.cluster:
+                return Error("ERR This instance has cluster support disabled")
+            if c[1].upper() != b"SLOTS":  # pragma: no cover - not sent by aiolock
+                return Error(f"ERR unknown subcommand '{c[1].decode()}'")
+            return [[0, 16383, [self.host.encode(), self.port, b"%040x" % self.index]]]
         if name in _SUBSCRIPTIONS:
             sharded, kind, add = _SUBSCRIPTIONS[name]
             if add and self.world.pubsub_refused:
@@ -674,8 +784,10 @@ class Fault:
     seconds: float = 0.0  # how long it lasts
     scale: float = 0.0  # delay: the mean extra latency; pubsub, late: a chance; jump: s;
     # subscribe: the most a subscription is held back
-    flag: bool = False  # sever: in-flight applied; restart: new run_id; delay: one link
-    rank: int = 0  # slow: which of the process's command connections (by age)
+    flag: bool = False  # sever: in-flight applied; restart: new run_id; delay: one link;
+    # stall: within a step
+    rank: int = 0  # slow: which of the process's command connections (by age); stall
+    # within a step: after how many callbacks scheduled
 
     def __str__(self) -> str:
         extra = {
@@ -690,7 +802,8 @@ class Fault:
             f"{'new' if self.flag else 'same'} run_id",
             "failover": f"n{self.node} down {self.seconds:.3f}s",
             "pubsub": f"n{self.node} p{self.process} {self.seconds:.3f}s loss {self.scale:.2f}",
-            "stall": f"{self.seconds:.3f}s",
+            "stall": f"{self.seconds:.3f}s"
+            + (f" within a step, after {self.rank} callbacks" if self.flag else ""),
             "jump": f"p{self.process} wall clock {self.scale:+.6f}s",
             "lag": f"every link {self.seconds:.3f}s +{self.scale * 1000:.1f}ms each way",
             "die": f"p{self.process}",
@@ -776,6 +889,11 @@ class World:
         self.pubsub_refused = False
         #: What the clients wrote against the "one chunk" rule (Link.from_client).
         self.wire: list[str] = []
+        #: What the nodes did against the "stays in line" rule (SimNode._execute).
+        self.line: list[str] = []
+        #: Every node is a cluster of one master (from CLUSTER_FROM on, some runs): it
+        #: answers ``CLUSTER SLOTS``.
+        self.cluster = False
 
     @property
     def urls(self) -> list[str]:
@@ -1002,15 +1120,27 @@ class World:
             # monotonic clock, which the library times everything with, does not.
             process = fault.process
             self.skews[process] = self.skews.get(process, 0.0) + fault.scale
+        elif kind == "stall" and fault.flag:  # within a step (see STEP_STALL_FROM)
+            self.loop.blocking = [fault.rank, fault.seconds]
         elif kind == "stall":
-            self.stalls.append((self.now, self.now + fault.seconds))
-            self.now += fault.seconds  # the loop is blocked: time passes, nothing runs
-            if self.observer is not None:
-                # What a body would read first, were one due now (before any reply
-                # that came during the stall is read): see Recorder.watch.
-                self.observer()
+            self.stall(fault.seconds)
         else:  # pragma: no cover - a fault kind without its code
             raise ValueError(kind)
+
+    def stall(self, seconds: float) -> None:
+        """The clients' loop is blocked for ``seconds``: time passes, no client runs.
+        From STEP_STALL_FROM on, the network and the nodes go on meanwhile (commands
+        arrive and run, replies come back and wait to be read, faults begin and end);
+        before, everything waited for the stall's end."""
+        end = self.now + seconds
+        self.stalls.append((self.now, end))
+        if self.seed >= STEP_STALL_FROM:
+            self.loop.run_world_until(end)
+        self.now = end
+        if self.observer is not None:
+            # What a body would read first, were one due now (before any reply that
+            # came during the stall is read): see Recorder.watch.
+            self.observer()
 
 
 # -- determinism -------------------------------------------------------------------------
