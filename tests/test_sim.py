@@ -293,6 +293,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "cluster-plain-publish",
         "fan-out-timer-before-writes",
         "passed-over-while-held",
+        "repair-overwrites",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

@@ -615,7 +615,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         # back, sends what queued meanwhile at one instant, two batches' chunks among
         # it: seed 35184382090313, a pause and a stall.)
         *(world.wire if only_late_subscriptions(faults) else []),
-        *world.line,
+        *world.promises,
     ]
     for problem in violations:
         world.trace(f"VIOLATION {problem.splitlines()[0]}")

@@ -42,7 +42,7 @@ from typing import Any
 
 import hiredis
 
-from aiolock._scripts import EXTEND_MANY_SCRIPT
+from aiolock._scripts import EXTEND_MANY_SCRIPT, REPAIR_SCRIPT
 from aiolock._turn_scripts import TURN_LEAVE_SCRIPT
 
 from .server import Error, Status, Store, ZSet, encode
@@ -629,15 +629,21 @@ class SimNode:
         named = self._named(command)
         data = self.store.data
         before = [data.get(key) for key in named]
-        passing_over = (
-            len(command) == 8 and command[1] == TURN_LEAVE_SCRIPT.sha and command[2] == b"4"
-        )
+        sha = command[1] if len(command) > 3 and command[0].upper() == b"EVALSHA" else None
+        passing_over = sha == TURN_LEAVE_SCRIPT.sha and len(command) == 8 and command[2] == b"4"
         held = passing_over and self._alive(command[6]) and self._in_line(command[3], command[7])
+        repairing = sha == REPAIR_SCRIPT.sha and self._alive(command[3])
+        other = data.get(command[3]) if repairing else None
         reply = self._session_command(link, command)
         if held and not self._in_line(command[3], command[7]):
-            self.world.line.append(
+            self.world.promises.append(
                 f"stays in line: n{self.index} took {command[7].decode()} out of the line of "
                 f"{command[6].decode()} at {self.world.now:.6f}, the lock held there"
+            )
+        if other is not None and other != command[5] and data.get(command[3]) != other:
+            self.world.promises.append(
+                f"repairs take no key: n{self.index} replaced {command[3].decode()} of token "
+                f"{other!r} with a repair's {command[5]!r} at {self.world.now:.6f}"
             )
         if reply is not _NO_REPLY:
             link.reply(encode(reply))
@@ -889,8 +895,9 @@ class World:
         self.pubsub_refused = False
         #: What the clients wrote against the "one chunk" rule (Link.from_client).
         self.wire: list[str] = []
-        #: What the nodes did against the "stays in line" rule (SimNode._execute).
-        self.line: list[str] = []
+        #: What the nodes did against the rules read on them, whatever the faults
+        #: ("stays in line", "repairs take no key": SimNode._execute).
+        self.promises: list[str] = []
         #: Every node is a cluster of one master (from CLUSTER_FROM on, some runs): it
         #: answers ``CLUSTER SLOTS``.
         self.cluster = False
