@@ -294,6 +294,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "fan-out-timer-before-writes",
         "passed-over-while-held",
         "repair-overwrites",
+        "failed-handoff-cleanup-keeps-waiter",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

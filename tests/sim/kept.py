@@ -539,6 +539,15 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # kills the mutant on the seed kept for the script not loaded (a semaphore's slot
     # re-created on a node where another task's slot key had landed meanwhile).
     ("repair overwrites another holder's key", 38608921387, [1, 2, 3, 4], "repairs take no key"),
+    # "clean-ups leave no token" (tenth session) reads RELEASE_EITHER on the node: it
+    # kills the mutant on a seed kept for another (a handoff that failed its quorum,
+    # the waiter's token left on a node by the clean-up).
+    (
+        "a failed handoff's clean-up keeps the waiter's token",
+        549759013951,
+        [1, 2, 5],
+        "clean-ups leave no token",
+    ),
 ]
 
 

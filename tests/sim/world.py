@@ -42,7 +42,7 @@ from typing import Any
 
 import hiredis
 
-from aiolock._scripts import EXTEND_MANY_SCRIPT, REPAIR_SCRIPT
+from aiolock._scripts import EXTEND_MANY_SCRIPT, RELEASE_EITHER_SCRIPT, REPAIR_SCRIPT
 from aiolock._turn_scripts import TURN_LEAVE_SCRIPT
 
 from .server import Error, Status, Store, ZSet, encode
@@ -635,6 +635,13 @@ class SimNode:
         repairing = sha == REPAIR_SCRIPT.sha and self._alive(command[3])
         other = data.get(command[3]) if repairing else None
         reply = self._session_command(link, command)
+        if sha == RELEASE_EITHER_SCRIPT.sha and self._alive(command[3]):
+            left = data.get(command[3])
+            if left in (command[4], command[5]):
+                self.world.promises.append(
+                    f"clean-ups leave no token: n{self.index} kept {command[3].decode()} of "
+                    f"token {left!r} after a failed pass-on's clean-up at {self.world.now:.6f}"
+                )
         if held and not self._in_line(command[3], command[7]):
             self.world.promises.append(
                 f"stays in line: n{self.index} took {command[7].decode()} out of the line of "
@@ -896,7 +903,8 @@ class World:
         #: What the clients wrote against the "one chunk" rule (Link.from_client).
         self.wire: list[str] = []
         #: What the nodes did against the rules read on them, whatever the faults
-        #: ("stays in line", "repairs take no key": SimNode._execute).
+        #: ("stays in line", "repairs take no key", "clean-ups leave no token":
+        #: SimNode._execute).
         self.promises: list[str] = []
         #: Every node is a cluster of one master (from CLUSTER_FROM on, some runs): it
         #: answers ``CLUSTER SLOTS``.
