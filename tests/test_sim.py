@@ -295,6 +295,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "passed-over-while-held",
         "repair-overwrites",
         "failed-handoff-cleanup-keeps-waiter",
+        "repair-after-lost-renewal",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

@@ -504,9 +504,31 @@ class Link:
                     f"{world.now:.6f}"
                 )
             self.batch_written = world.now
+        if REPAIR_SCRIPT.sha in data:
+            self._repairs(data)
         if not self.pubsub:
             self.pubsub = b"SUBSCRIBE\r\n" in data.upper()
         self.up.send(data, self.world.latency(self, "up"))
+
+    def _repairs(self, data: bytes) -> None:
+        """The "repairs follow a won renewal" rule, read as a client writes a repair:
+        it re-creates a key only after the renewal won (docs/explanation/safety.md), so
+        a quorum of nodes extended the key with its token at their last renewal
+        (SimNode._execute notes each node's; a reply still on its way counts too, and
+        a node restarted since: the rule errs on the lenient side)."""
+        world = self.world
+        reader = hiredis.Reader()
+        reader.feed(data)
+        while (command := reader.gets()) is not False:
+            if len(command) > 5 and command[1] == REPAIR_SCRIPT.sha:
+                key, token = command[3], command[5]
+                extended = sum(world.renewed.get((key, token), {}).values())
+                if extended < len(world.nodes) // 2 + 1:
+                    world.promises.append(
+                        f"repairs follow a won renewal: {self.name} wrote a repair of "
+                        f"{key.decode()} at {world.now:.6f}, its token extended on "
+                        f"{extended} nodes at their last renewal"
+                    )
 
     def _at_server(self, data: bytes) -> None:
         if data == b"":  # the client's FIN: the session ends once what came before ran
@@ -635,6 +657,12 @@ class SimNode:
         repairing = sha == REPAIR_SCRIPT.sha and self._alive(command[3])
         other = data.get(command[3]) if repairing else None
         reply = self._session_command(link, command)
+        if sha == RENEWAL_BATCH and isinstance(reply, list):
+            count = int(command[2])
+            tokens = command[3 + count :: 2]
+            renewed = self.world.renewed
+            for key, token, one in zip(command[3 : 3 + count], tokens, reply, strict=False):
+                renewed.setdefault((key, token), {})[self.index] = one == 1
         if sha == RELEASE_EITHER_SCRIPT.sha and self._alive(command[3]):
             left = data.get(command[3])
             if left in (command[4], command[5]):
@@ -904,8 +932,10 @@ class World:
         self.wire: list[str] = []
         #: What the nodes did against the rules read on them, whatever the faults
         #: ("stays in line", "repairs take no key", "clean-ups leave no token":
-        #: SimNode._execute).
+        #: SimNode._execute; "repairs follow a won renewal": Link.from_client).
         self.promises: list[str] = []
+        #: (key, token) -> node -> whether its last renewal batch extended the key there.
+        self.renewed: dict[tuple[bytes, bytes], dict[int, bool]] = {}
         #: Every node is a cluster of one master (from CLUSTER_FROM on, some runs): it
         #: answers ``CLUSTER SLOTS``.
         self.cluster = False
