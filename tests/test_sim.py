@@ -296,6 +296,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "repair-overwrites",
         "failed-handoff-cleanup-keeps-waiter",
         "repair-after-lost-renewal",
+        "expired-release-silent",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

@@ -558,6 +558,15 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [2, 3],
         "repairs follow a won renewal",
     ),
+    # "expired releases announce" (tenth session) reads RELEASE_TURN on the node: one
+    # that finds the key expired still names the next in line or announces the lock
+    # free. It kills the mutant on the first kept seed (1226, faults 0 to 2).
+    (
+        "a release that finds its lock expired announces nothing",
+        1226,
+        [0, 1, 2],
+        "expired releases announce",
+    ),
 ]
 
 

@@ -43,7 +43,7 @@ from typing import Any
 import hiredis
 
 from aiolock._scripts import EXTEND_MANY_SCRIPT, RELEASE_EITHER_SCRIPT, REPAIR_SCRIPT
-from aiolock._turn_scripts import TURN_LEAVE_SCRIPT
+from aiolock._turn_scripts import RELEASE_TURN_SCRIPT, TURN_LEAVE_SCRIPT
 
 from .server import Error, Status, Store, ZSet, encode
 
@@ -625,6 +625,8 @@ class SimNode:
         self.backlog: deque[tuple[Link, list[bytes]]] = deque()
         self.down_until = 0.0
         self.executed = 0
+        #: The channels published on by the command running (see _execute).
+        self.published: list[bytes] = []
 
     def _new_run_id(self) -> bytes:
         return b"%040x" % self.world.rng.getrandbits(160)
@@ -656,7 +658,18 @@ class SimNode:
         held = passing_over and self._alive(command[6]) and self._in_line(command[3], command[7])
         repairing = sha == REPAIR_SCRIPT.sha and self._alive(command[3])
         other = data.get(command[3]) if repairing else None
+        expired = sha == RELEASE_TURN_SCRIPT.sha and not self._alive(command[3])
+        self.published.clear()
         reply = self._session_command(link, command)
+        if expired and not any(
+            channel.startswith(command[3] + b":turn:") or channel == command[3] + b":released"
+            for channel in self.published
+        ):
+            self.world.promises.append(
+                f"expired releases announce: n{self.index} ran a release of "
+                f"{command[3].decode()} that found it expired, and announced nothing, at "
+                f"{self.world.now:.6f}"
+            )
         if sha == RENEWAL_BATCH and isinstance(reply, list):
             count = int(command[2])
             tokens = command[3 + count :: 2]
@@ -744,6 +757,7 @@ class SimNode:
         return self.store.execute(c)
 
     def publish(self, channel: bytes, message: bytes, sharded: bool) -> int:
+        self.published.append(channel)
         count = 0
         kind = b"smessage" if sharded else b"message"
         for link in self.sessions:
@@ -931,8 +945,9 @@ class World:
         #: What the clients wrote against the "one chunk" rule (Link.from_client).
         self.wire: list[str] = []
         #: What the nodes did against the rules read on them, whatever the faults
-        #: ("stays in line", "repairs take no key", "clean-ups leave no token":
-        #: SimNode._execute; "repairs follow a won renewal": Link.from_client).
+        #: ("stays in line", "repairs take no key", "clean-ups leave no token", "expired
+        #: releases announce": SimNode._execute; "repairs follow a won renewal":
+        #: Link.from_client).
         self.promises: list[str] = []
         #: (key, token) -> node -> whether its last renewal batch extended the key there.
         self.renewed: dict[tuple[bytes, bytes], dict[int, bool]] = {}
