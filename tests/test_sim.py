@@ -297,6 +297,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "failed-handoff-cleanup-keeps-waiter",
         "repair-after-lost-renewal",
         "expired-release-silent",
+        "repair-counter-own-token",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

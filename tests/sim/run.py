@@ -275,6 +275,23 @@ def blocking(rng: random.Random, cfg: Config) -> list[Fault]:
     return faults
 
 
+def chained_restarts(rng: random.Random, cfg: Config) -> list[Fault]:
+    """The faults of a run focused on chains: nodes restarted empty one at a time, each
+    once the last one's quarantine (``restart_grace``, one ttl there) is over and a
+    renewal (every third of a ttl) has repaired it, so that the holder keeps its lock;
+    two or more within one long body (up to 6 ttls)."""
+    assert cfg.ttl is not None  # (workload.focus sets both)
+    assert cfg.grace is not None
+    faults = []
+    at = rng.uniform(0.2, 1.5)
+    while at < cfg.seconds:
+        down = rng.uniform(0.01, 0.1)
+        node = rng.randrange(cfg.nodes)
+        faults.append(Fault(at, "restart", node, seconds=down, flag=rng.random() < 0.8))
+        at += down + cfg.grace + cfg.ttl * rng.uniform(0.4, 0.9)
+    return faults
+
+
 def late_subscriptions(rng: random.Random, cfg: Config) -> list[Fault]:
     """The faults of a schedule drawn without any, half the time from
     SUBSCRIBE_LATE_FROM on: 1 to 4 spells in which a process's subscriptions (or every
@@ -317,6 +334,8 @@ def _make_faults(seed: int, cfg: Config) -> list[Fault]:
         return lagging(rng, cfg)
     if cfg.focus == "block":  # (from STEP_STALL_FROM on)
         return blocking(rng, cfg)
+    if cfg.focus == "chain":  # (the same)
+        return chained_restarts(rng, cfg)
     if cfg.focus == "death":  # (from DEATH_FROM on): one process dies
         at = rng.uniform(0.5, cfg.seconds - 1.0)
         return [Fault(at, "die", process=rng.randrange(cfg.processes))]

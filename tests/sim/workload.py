@@ -58,6 +58,9 @@ from .world import (
 )
 
 NODE_TIMEOUT = 0.05
+#: How often a body of a run focused on chains reads its lock, past its work, for the
+#: renewal it ends after (well within a lease's slack: 1 % of a ttl, 5 ms at least).
+CHASE_STEP = 0.002
 #: The library's default drift allowance: validity = ttl - elapsed - (ttl x this + floor).
 DRIFT_FACTOR = 0.01
 DRIFT_FLOOR = 0.002
@@ -233,6 +236,11 @@ def make_config(seed: int) -> Config:
             else FOCI
         )
         focus(cfg, random.Random(f"focus-{seed}"), foci)
+    if seed >= STEP_STALL_FROM and cfg.focus == "lease":
+        chain = random.Random(f"chain-{seed}")
+        if chain.random() < 0.5:
+            cfg.focus = "chain"
+            focus_on_chains(cfg, chain)
     if seed >= LAG_FROM and cfg.focus == "turns" and random.Random(f"line-{seed}").random() < 0.5:
         cfg.out_of_line = (cfg.processes - 1,)
     return cfg
@@ -294,6 +302,14 @@ FOCI_DEATH: dict[str, tuple[str, ...]] = {**FOCI_LAG, "death": ("die",)}
 #:   the nodes' "no reply" watchdog (1 s), more than node_timeout. A node answers at
 #:   once, and its reply waits to be read: nothing may time out, fail a quorum or be
 #:   lost there (live.py's "kept held" rule judges these runs).
+#: * ``chain``: one name, 3 or 4 tasks of 1 or 2 processes, renewed locks whose long
+#:   bodies end just after a renewal (Worker._body), and short ones: the handoffs
+#:   within a process reserve fencing tokens (PASS_ON) and hand them out with no I/O
+#:   (leases, which need the lock fresh), while nodes restart one at a time, each
+#:   repaired by the renewal before the next (run.chained_restarts): a lease's token
+#:   must still be backed by a quorum of counters (the "backed" rule).
+#:   Half the runs that draw ``lease`` (a stream of their own: the draws of the others
+#:   stand).
 FOCI_BLOCK: dict[str, tuple[str, ...]] = {**FOCI_DEATH, "block": ("block",)}
 
 
@@ -356,6 +372,17 @@ def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FO
         # a rival while the holder's validity lasts (seed 549755814851 at 034e96e).
         assert cfg.ttl is not None  # (every focus sets one)
         cfg.grace = cfg.ttl * (2 if {"extend", "manual"} & set(cfg.ops) else 1)
+
+
+def focus_on_chains(cfg: Config, rng: random.Random) -> None:
+    """The shape of a run focused on chains (see FOCI_BLOCK), drawn from ``rng``."""
+    cfg.nodes, cfg.processes, cfg.tasks = 3, rng.choice((1, 2)), rng.choice((3, 4))
+    cfg.names = ("a",)
+    cfg.ops = ("lock",)
+    cfg.ttl = rng.uniform(0.6, 1.5)
+    cfg.long, cfg.short = True, 0.5
+    cfg.seconds = rng.uniform(6.0, 10.0)
+    cfg.grace = cfg.ttl  # (a quarantine that ends: run.chained_restarts)
 
 
 def _renewed_work(
@@ -748,6 +775,10 @@ class Worker:
         """Work in steps while the handle says it is valid, for ``seconds`` at most."""
         until = self.now() + seconds
         self.cancelled_in_extend = False
+        # (A run focused on chains: past its work, a renewed body ends just after a
+        # renewal, so that its release may lease the lock on: see focus.)
+        chase = self.cfg.focus == "chain" and any(h.renewed for h in holds)
+        before = math.inf
         try:
             while True:
                 now = self.now()
@@ -784,6 +815,10 @@ class Worker:
                     return
                 for h in holds:
                     self.rec.step(h, now, remaining, handle)
+                if chase and until <= now < until + holds[0].ttl and remaining <= before:
+                    before = remaining
+                    await asyncio.sleep(CHASE_STEP)
+                    continue
                 if now >= until:
                     self.rec.nudge([h.domain[1] for h in holds if h.domain[0] == "lock"])
                     return
@@ -892,8 +927,10 @@ class Worker:
 
     async def op_lock(self, end: float, *, extend: bool = False) -> None:
         name = self.rng.choice(self.cfg.names)
-        renew = self.rng.random() < 0.7
+        renew = self.rng.random() < 0.7 or self.cfg.focus == "chain"
         ttl, timeout = self._ttl(), self._timeout()
+        if self.cfg.focus == "chain":  # (waiters that stay queued: handoffs, leases)
+            timeout = 5.0 + 2.0 * timeout
         lock = self._mine(self.locks.lock(name, ttl=ttl, timeout=timeout, auto_renew=renew), name)
         with self._waiting(name, timeout) as waited:
             async with lock:
@@ -902,6 +939,8 @@ class Worker:
                     ("lock", name), "x", lock, lock.fencing_token, lock.fencing_token, renewed=renew
                 )
                 scale = 8.0 if renew and self.cfg.long else 2.0
+                if self.cfg.focus == "chain":
+                    scale = 6.0  # (two restarts or more within a body: run.chained_restarts)
                 if renew and self.cfg.focus == "repair":
                     scale = 16.0  # (to outlast restarts far apart: run.spaced_restarts)
                 await self._body(lock, [h], self._work(scale, lock.ttl), extend=extend)
