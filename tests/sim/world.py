@@ -43,7 +43,7 @@ from typing import Any
 import hiredis
 
 from aiolock._scripts import EXTEND_MANY_SCRIPT, RELEASE_EITHER_SCRIPT, REPAIR_SCRIPT
-from aiolock._turn_scripts import RELEASE_TURN_SCRIPT, TURN_LEAVE_SCRIPT
+from aiolock._turn_scripts import RELEASE_TURN_SCRIPT, TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
 
 from .server import Error, Status, Store, ZSet, encode
 
@@ -661,6 +661,19 @@ class SimNode:
         expired = sha == RELEASE_TURN_SCRIPT.sha and not self._alive(command[3])
         self.published.clear()
         reply = self._session_command(link, command)
+        if sha == TURN_JOIN_SCRIPT.sha and len(command) == 9 and command[2] == b"3":
+            offers = data.get(command[5])
+            member = command[6] + b" "
+            if (
+                isinstance(offers, ZSet)
+                and self._alive(command[5])
+                and any(offer.startswith(member) for offer in offers.scores)
+            ):
+                self.world.promises.append(
+                    f"a refresh without an offer withdraws it: n{self.index} kept "
+                    f"{command[6].decode()}'s offer for {command[5].decode()} at "
+                    f"{self.world.now:.6f}"
+                )
         if expired and not any(
             channel.startswith(command[3] + b":turn:") or channel == command[3] + b":released"
             for channel in self.published
@@ -946,8 +959,8 @@ class World:
         self.wire: list[str] = []
         #: What the nodes did against the rules read on them, whatever the faults
         #: ("stays in line", "repairs take no key", "clean-ups leave no token", "expired
-        #: releases announce": SimNode._execute; "repairs follow a won renewal":
-        #: Link.from_client).
+        #: releases announce", "a refresh without an offer withdraws it":
+        #: SimNode._execute; "repairs follow a won renewal": Link.from_client).
         self.promises: list[str] = []
         #: (key, token) -> node -> whether its last renewal batch extended the key there.
         self.renewed: dict[tuple[bytes, bytes], dict[int, bool]] = {}
