@@ -83,14 +83,16 @@ class Queue:
             self.grants = [subscriber.subscribe(channel) for subscriber in subscribers]
 
     def confirmed_late(self) -> None:
-        """A node confirmed a subscription after the attempt that followed it.
+        """A release may have gone unheard: a subscription confirmed late, or lost.
 
-        A release in between went unheard: the head tries again now (not at the
-        holder's expiry). Unless a release of ours gave way since (seed
+        A node confirmed a subscription after the attempt that followed it, or a
+        pub/sub connection went down (or refused us): the head tries again now (not at
+        the holder's expiry). Unless a release of ours gave way since (seed
         17592266044573): what the head missed came before ours, which took the lock
         after it and names another process, which goes first (a head trying now would
-        follow our release on every connection, and win). The head then tries at the
-        fallback, as the others do that hear ours (should it go unheard).
+        follow our release on every connection, and win; where pub/sub is refused, a
+        refusal just after our release woke it so: seed 70368841183464). The head then
+        tries at the fallback, as the others do that hear ours (should it go unheard).
         """
         if self.gave_way is None:
             self.wake.set()

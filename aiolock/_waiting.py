@@ -140,16 +140,17 @@ class Waiting:
         forgets it (whoever joined since must not wait out a lone streak). A streak
         survives the queue emptying while the lock stays here (``Streaks``), and the
         release of a hold that expired (``valid=False``: it may release nothing, the
-        lock taken since by another task of ours).
-
-        ``pass_on``: the caller can pass the lock on in one script (a plain lock). When
-        the head sleeps, it is claimed and returned (see :class:`Taker`).
+        lock taken since by another task of ours), which after we gave way wakes
+        nobody (seed 70368841183464). ``pass_on``: the caller can pass the lock on in
+        one script (a plain lock); when the head sleeps, it is claimed and returned.
         """
         queue = self._queues.get(key)
         if queue is None:
             if valid:  # (an expired hold's release: the lock may be with another of ours)
                 self._streaks.end(key)  # the lock leaves this process
             return False
+        if not valid and queue.gave_way is not None:
+            return False  # (an expired hold's, late: the turn we gave stays given)
         if queue.local_streak < (LONE_STREAK if queue.alone else LOCAL_STREAK):
             queue.local_streak += 1
             queue.promised = True
@@ -214,9 +215,8 @@ class Waiting:
             queue.wake.set()
 
     def _on_reset(self) -> None:
-        # A pub/sub connection went down: a release message may have been lost.
-        for queue in self._queues.values():
-            queue.wake.set()
+        for queue in self._queues.values():  # (a release message may have been lost)
+            queue.confirmed_late()
 
     async def acquire(
         self,

@@ -878,6 +878,29 @@ MUTANTS = [
             "test_a_head_woken_before_its_process_gives_way_does_not_try_again_after_it",
         ),
     ),
+    # The tenth session's fix (seed 70368841183464, every node refusing pub/sub): after
+    # its process gave way, a head woken by an expired hold's late release, or by a
+    # refusal of pub/sub, tried at once and beat the process named.
+    Mutant(
+        "an expired hold's late release wakes the head after its process gave way",
+        "aiolock/_waiting.py",
+        "        if not valid and queue.gave_way is not None:\n",
+        "        if False:\n",
+        (
+            "tests/test_turns.py::"
+            "test_where_pubsub_is_refused_an_expired_holds_late_release_leaves_the_turn_given",
+        ),
+    ),
+    Mutant(
+        "a pub/sub connection lost or refused wakes the head at once though its process gave way",
+        "aiolock/_waiting.py",
+        "(a release message may have been lost)\n            queue.confirmed_late()\n",
+        "(a release message may have been lost)\n            queue.wake.set()\n",
+        (
+            "tests/test_turns.py::"
+            "test_where_pubsub_is_refused_an_expired_holds_late_release_leaves_the_turn_given",
+        ),
+    ),
 ]
 
 

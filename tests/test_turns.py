@@ -966,6 +966,50 @@ async def test_where_pubsub_is_refused_a_process_that_gave_way_lets_the_one_name
         await head.release()
 
 
+async def test_where_pubsub_is_refused_an_expired_holds_late_release_leaves_the_turn_given(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the simulation's streak rule (seed 70368841183464, every node refusing
+    # pub/sub, no fault). A task's manual lock expired; another task of its process
+    # took the name at the expiry's race and, at the end of the streak, released it
+    # naming the other process. Then the expired hold's release came: counted as a
+    # release of ours with the streak begun anew, it woke our head, which tried at
+    # once and won before the process named polled (8 holdings in a row).
+    monkeypatch.setattr(aiolock._turns, "FALLBACK", 30.0)  # nobody tries out of turn
+    async with (
+        _pubsub_refused(clients, urls) as limited,
+        LockManager(limited) as busy,
+        LockManager(limited) as other,
+    ):
+        stale = busy.lock(name, ttl=0.3, auto_renew=False)
+        assert await stale.acquire(timeout=0)
+        await asyncio.sleep(0.5)  # it expires, unreleased
+        taker = busy.lock(name, ttl=30, auto_renew=False)
+        assert await taker.acquire(timeout=0)
+        named = other.lock(name, ttl=30, auto_renew=False)
+        named_waits = asyncio.create_task(named.acquire(timeout=20))
+        await in_line(clients, name, 1)
+        tries = _attempt_times(busy)
+        head = busy.lock(name, ttl=30, auto_renew=False)
+        head_waits = asyncio.create_task(head.acquire(timeout=20))
+        queues = busy._engine.waiting._queues
+        while not tries or key(name).encode() not in queues:  # it failed: then it polls
+            await asyncio.sleep(0.001)
+        queue = queues[key(name).encode()]
+        queue.local_streak, queue.alone = LOCAL_STREAK, False  # the next release gives way
+        released_at = time.monotonic()
+        await taker.release()  # names the other process
+        with contextlib.suppress(aiolock.LockNotOwned):
+            await stale.release()  # the expired hold's, late
+        # The process named takes the lock (on the old code the head, woken by the
+        # expired hold's release, tried at once and took it).
+        early = [round(t - released_at, 4) for t in tries if t > released_at]
+        await _named_first(named_waits, head_waits, f"the head took it; its tries: {early}")
+        await named.release()
+        assert await asyncio.wait_for(head_waits, 20)
+        await head.release()
+
+
 @pytest.mark.usefixtures("naming_only")
 async def test_a_head_whose_subscription_is_confirmed_as_its_process_gives_way_does_not_try(
     urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
