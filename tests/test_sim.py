@@ -300,6 +300,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "repair-counter-own-token",
         "refresh-keeps-old-offer",
         "expired-release-wakes-head-after-give-way",
+        "expired-release-ends-streak",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(
