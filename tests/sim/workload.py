@@ -1142,7 +1142,8 @@ async def run_processes(world: World, cfg: Config, rec: Recorder, seed: int) -> 
 
         nodes: list[Any] = list(world.urls)
         if world.cluster:  # (each a cluster of one master: see world.CLUSTER_FROM)
-            nodes = [RedisCluster(host=n.host, port=n.port) for n in world.nodes]
+            cluster: Any = RedisCluster  # (abstract to redis-py 5.0's annotations)
+            nodes = [cluster(host=n.host, port=n.port) for n in world.nodes]
         async with LockManager(
             nodes, node_timeout=NODE_TIMEOUT, on_event=on_event, restart_grace=cfg.grace
         ) as locks:
