@@ -225,15 +225,21 @@ class Attempt:
     def holder_ttl(self) -> float | None:
         """Seconds until the other holder's key expires on enough nodes, if known.
 
-        The longest remaining time to live among the nodes that said "held": a
-        waiter whose wake-up message is lost sleeps at most this long.
+        Among the nodes that said "held", the time to live after which, with the
+        others, a quorum is free (a rival's key on a minority, cleaned up since
+        without a word, must not keep us asleep its whole ttl): a waiter whose
+        wake-up message is lost sleeps at most this long.
         """
-        pttls = [
+        votes = self.votes
+        pttls: list[int] = sorted(
             reply[1]
-            for reply, verdict in zip(self.votes.replies, self.votes.verdicts, strict=True)
+            for reply, verdict in zip(votes.replies, votes.verdicts, strict=True)
             if verdict is False and type(reply) is list and reply[1] >= 0
-        ]
-        return max(pttls) / 1000 if pttls else None
+        )
+        if not pttls:
+            return None
+        need = max(1, votes.quorum - (votes.n - len(pttls)))
+        return pttls[min(need, len(pttls)) - 1] / 1000
 
 
 class _Awaited(Protocol):

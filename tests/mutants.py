@@ -901,6 +901,17 @@ MUTANTS = [
             "test_where_pubsub_is_refused_an_expired_holds_late_release_leaves_the_turn_given",
         ),
     ),
+    # The tenth session's second fix (seed 70368944185082, nodes that are clusters).
+    Mutant(
+        "a waiter sleeps to the longest ttl among the nodes that said held",
+        "aiolock/_votes.py",
+        "        return pttls[min(need, len(pttls)) - 1] / 1000\n",
+        "        return pttls[-1] / 1000\n",
+        (
+            "tests/test_waiting.py::"
+            "test_a_waiter_wakes_when_a_quorum_is_free_not_at_a_rivals_longer_ttl",
+        ),
+    ),
 ]
 
 

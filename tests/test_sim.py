@@ -299,8 +299,8 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "expired-release-silent",
         "repair-counter-own-token",
         "refresh-keeps-old-offer",
-        "expired-release-wakes-head-after-give-way",
         "expired-release-ends-streak",
+        "waiter-sleeps-to-longest-ttl",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

@@ -37,6 +37,15 @@ REGRESSIONS: list[tuple[int, list[int] | None, str]] = [
     # holder, slow on one node, landed after a lease to a 0.49-s taker and kept the key
     # 0.58 s from then (fixed: no lease to a shorter ttl than the holder's commands').
     (549759013951, None, "a late renewal kept a leased key past the taker's ttl (fixed)"),
+    # Found on main in the tenth session (a 240-s search of runs focused on turns with
+    # pub/sub refused, from 2**46 + 9.7e7, 46 schedules; shrunk to no fault): a task's
+    # manual lock expired, another task of its process won the race for it, and its
+    # release at the streak's end named the other process; the expired hold's release
+    # came just after and, counted as a new streak's first, woke the head, which took
+    # the lock before the process named polled (8 in a row; fixed). Its mutant was
+    # killed here until the waiters' wake-ups changed (Attempt.holder_ttl) moved this
+    # schedule; 2,000 schedules of its shape did not find it again.
+    (70368841183464, [], "a head woken by an expired hold's late release (fixed)"),
     # From 2**42, focused on turns with a process out of line, no fault: a streak of 35
     # holdings on main, where the rule's first limit there was 34 (now 48).
     (4398046615881, None, "a lone streak of 35 with a process out of line (the rule's)"),
@@ -135,11 +144,14 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # its schedule; now the regression seed 549759013951, shrunk on that mutant: a
     # handoff passed on a key another process held by then.)
     ("handoff without comparing the old token", 549759013951, [1, 2, 5], "kept"),
+    # (38608921387 [1, 2, 3, 4] until the waiters' wake-ups changed, tenth session:
+    # Attempt.holder_ttl; then the seed above, shrunk on this mutant, which leaves a
+    # failed handoff's token where its clean-up, loaded late, ran first.)
     (
         "a script first used on a connection is not loaded before it",
-        38608921387,
-        [1, 2, 3, 4],
-        "kept",
+        549759013951,
+        [2, 3, 5],
+        "clean-ups leave no token",
     ),
     ("a release cancelled during its handoff cancels the handoff", 36673097411, [0], "liveness"),
     # Found by the table at 5b829b3's searches (from 2**36), with no fault: the orphan
@@ -394,10 +406,12 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     ),
     # Found on main, no fault: a head woken during its attempt, before its process's
     # release named another process, tried again after that release and won (fixed: the
-    # release that gives way clears the head's wake-up).
+    # release that gives way clears the head's wake-up). Found again after the
+    # waiters' wake-ups changed (Attempt.holder_ttl, tenth session): 40 schedules of
+    # turns with subscriptions held back, from 2**46 + 1.95e8, shrunk to no fault.
     (
         "a release that gives way leaves its head's earlier wake-up standing",
-        17592286046564,
+        70368939179255,
         [],
         "streak",
     ),
@@ -427,10 +441,12 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # A 2-minute search for this mutant alone over runs focused on turns with pub/sub
     # refused (search --where focus=turns,pubsub_refused, from 2**45 + 2e7: 583 such
     # schedules; shrunk to no fault): at its streak's end p0 gave way, and its polling
-    # head tried at the poll that came due and won; 8 holdings in a row.
+    # head tried at the poll that came due and won; 8 holdings in a row. Found again
+    # after the waiters' wake-ups changed (Attempt.holder_ttl, tenth session): 394
+    # such schedules from 2**46 + 1.5e8, no fault.
     (
         "a polling head tries at its poll just after its process gave way",
-        35184392141620,
+        70368894222431,
         [],
         "streak",
     ),
@@ -536,9 +552,10 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         "stays in line",
     ),
     # The "repairs take no key" rule (tenth session) reads the REPAIR on the node: it
-    # kills the mutant on the seed kept for the script not loaded (a semaphore's slot
-    # re-created on a node where another task's slot key had landed meanwhile).
-    ("repair overwrites another holder's key", 38608921387, [1, 2, 3, 4], "repairs take no key"),
+    # kills the mutant on a kept seed (a key re-created on a node where another's key
+    # had landed meanwhile). (Found again on the kept seeds after waiters' wake-ups
+    # changed: Attempt.holder_ttl, tenth session.)
+    ("repair overwrites another holder's key", 17592236046488, [0, 1], "repairs take no key"),
     # "clean-ups leave no token" (tenth session) reads RELEASE_EITHER on the node: it
     # kills the mutant on a seed kept for another (a handoff that failed its quorum,
     # the waiter's token left on a node by the clean-up).
@@ -586,27 +603,26 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "a refresh without an offer withdraws it",
     ),
-    # Found on main in the tenth session (a 240-s search of runs focused on turns
-    # with pub/sub refused, from 2**46 + 9.7e7, 46 schedules; shrunk to no fault): a
-    # task's manual lock expired, another task of its process won the race for it,
-    # and its release at the streak's end named the other process; the expired hold's
-    # release came just after and, counted as a new streak's first, woke the head,
-    # which took the lock before the process named polled (8 in a row; fixed).
-    (
-        "an expired hold's late release wakes the head after its process gave way",
-        70368841183464,
-        [],
-        "streak",
-    ),
     # A 240-s search of runs focused on turns with pub/sub refused (tenth session,
     # from 2**46 + 1.2e8, 361 schedules; shrunk to no fault): an expired hold's release
     # with no waiter of ours queued ended the process's streak, which its next waiters
-    # then began anew (8 in a row).
+    # then began anew (8 in a row). Found again after the waiters' wake-ups changed
+    # (Attempt.holder_ttl): 411 such schedules from 2**46 + 1.5e8, no fault.
     (
         "an expired hold's release ends its process's streak of handoffs",
-        70368864217655,
+        70368894224578,
         [],
         "streak",
+    ),
+    # Found on main by the tenth session's 30-minute search (7,419 schedules; nodes
+    # that are clusters, focus death): a failed attempt read a rival's fresh key on one
+    # node of three, cleaned up just after, and the head slept its whole ttl while the
+    # name was free (fixed: it wakes when enough nodes are free for a quorum).
+    (
+        "a waiter sleeps to the longest ttl among the nodes that said held",
+        70368944185082,
+        [0],
+        "idle",
     ),
 ]
 
