@@ -82,7 +82,7 @@ class Queue:
         if self.grants is None and not self.polling():
             self.grants = [subscriber.subscribe(channel) for subscriber in subscribers]
 
-    def confirmed_late(self) -> None:
+    def missed_release(self) -> None:
         """A release may have gone unheard: a subscription confirmed late, or lost.
 
         A node confirmed a subscription after the attempt that followed it, or a

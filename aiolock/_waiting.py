@@ -216,7 +216,7 @@ class Waiting:
 
     def _on_reset(self) -> None:
         for queue in self._queues.values():  # (a release message may have been lost)
-            queue.confirmed_late()
+            queue.missed_release()
 
     async def acquire(
         self,
@@ -392,7 +392,7 @@ class Waiting:
             await asyncio.wait(pending, timeout=self._confirm_timeout)
             for late in confirmations:
                 if not late.done():
-                    late.add_done_callback(lambda _done: queue.confirmed_late())
+                    late.add_done_callback(lambda _done: queue.missed_release())
 
     async def aclose(self) -> None:
         """Close the pub/sub connections."""

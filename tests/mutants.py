@@ -292,7 +292,7 @@ MUTANTS = [
     Mutant(
         "a subscription confirmed late does not wake the waiter",
         "aiolock/_waiting.py",
-        "late.add_done_callback(lambda _done: queue.confirmed_late())",
+        "late.add_done_callback(lambda _done: queue.missed_release())",
         "late.add_done_callback(lambda _done: None)",
         (
             "tests/test_failures.py::"
@@ -894,7 +894,7 @@ MUTANTS = [
     Mutant(
         "a pub/sub connection lost or refused wakes the head at once though its process gave way",
         "aiolock/_waiting.py",
-        "(a release message may have been lost)\n            queue.confirmed_late()\n",
+        "(a release message may have been lost)\n            queue.missed_release()\n",
         "(a release message may have been lost)\n            queue.wake.set()\n",
         (
             "tests/test_turns.py::"
