@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .world import excusing
@@ -155,9 +156,10 @@ class Liveness:
         #: name -> (process, its holdings in a row while another process waited)
         self.streaks: dict[str, tuple[int, int]] = {}
         #: Where subscriptions are held back ("subscribe" faults), each process's
-        #: member in the turn queues (set by the workload; none: it waits out of line).
+        #: member in the turn queues (set by the workload; none: it waits out of line),
+        #: and whether its queue for a lock key has joined the line (its Queue.entry).
         self.late = any(fault.kind == "subscribe" for fault in world.faults)
-        self.members: dict[int, bytes] = {}
+        self.members: dict[int, tuple[bytes, Callable[[bytes], bool]]] = {}
         #: There, the waits whose process was seen in line since they began.
         self.joined: set[int] = set()
         #: name -> each node's expiry of its key at the last sample (node milliseconds;
@@ -231,8 +233,14 @@ class Liveness:
         waiter that gives up sooner never does: its process waits out of line, which
         the docs allow (seed 17592186244675: 0.02-s waits, subscriptions 0.3 s late).
         There a wait counts once its process was seen in line (``joined``, sampled).
+        Only its queue's place counts, not the place of a queue before it, whose last
+        waiter left as this one began, its TURN_LEAVE on the way (seed 70369044179252:
+        a wait counted from then, its process out of line for 0.1 s, and a lone streak
+        read as one of 8).
         """
-        member = self.members[process]
+        member, joined = self.members[process]
+        if not joined(KEY % name.encode()):
+            return False
         world = self.world
         key = TURNS % name.encode()
         entries = 0

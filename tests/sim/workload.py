@@ -108,8 +108,10 @@ class Holding:
     #: check.check_revived.
     ran_dry: Any = field(default=None, repr=False)
     revived: str | None = None
-    #: When the holder last called ``extend()`` (see Recorder.dry).
+    #: When the holder last called ``extend()``, and how many of its calls have not
+    #: returned (see Recorder.dry).
     extended_at: float = -math.inf
+    extending: int = 0
     #: The hold the holder last extended with no other extension of it in flight
     #: (``tangled``: one went out while another was in flight, whose outcomes the
     #: library then rightly takes the earlier of), and the first moment its validity
@@ -627,13 +629,16 @@ class Recorder:
     def dry(self, h: Holding, lock: Any, hold: Any, now: float) -> None:
         """``h``'s lock read ``remaining() == 0`` for ``hold`` at ``now``: from then on,
         the revived rule (check.check_revived) says it never reads more. Unless an
-        ``extend()`` of the holder's went out just before (within :data:`EXTENDING`):
-        one confirmed after the validity ran out sets it anew (the nodes kept the key
-        until they applied it), also when its caller stopped waiting for it and went
-        on (``extend()`` completes, shielded: see Worker._extend). Left alone, noted
+        ``extend()`` of the holder's is under way, or went out just before (within
+        :data:`EXTENDING`): one confirmed after the validity ran out sets it anew (the
+        nodes kept the key until they applied it), also when its caller stopped
+        waiting for it and went on (``extend()`` completes, shielded: see
+        Worker._extend), and also when a stall held its reply back longer (seed
+        70369044186868: sent 0.36 s before the validity ended, read after a 1.2-s
+        stall, within a step, that began as it went out). Left alone, noted
         in docs/project/testing.md; the renewal's confirmation, read late, does not
         (see aiolock/_renewal.py, ``validity_changed``)."""
-        if now - h.extended_at > EXTENDING:
+        if now - h.extended_at > EXTENDING and not h.extending:
             h.ran_dry = (lock, hold)
 
     def watch(self) -> None:
@@ -859,6 +864,8 @@ class Worker:
         self.rec.event(
             self.owner, f"extend {ttl:.3f}" + (f" within {limit:.4f}" if limit is not None else "")
         )
+        for h in holds:
+            h.extending += 1
         try:
             async with asyncio.timeout(limit):
                 await handle.extend(ttl)
@@ -874,6 +881,9 @@ class Worker:
         except asyncio.CancelledError:
             self.cancelled_in_extend = True
             raise
+        finally:
+            for h in holds:
+                h.extending -= 1
 
     @contextlib.contextmanager
     def _waiting(self, name: str, timeout: float | None) -> Iterator[Callable[[], None]]:
@@ -1152,7 +1162,13 @@ async def run_processes(world: World, cfg: Config, rec: Recorder, seed: int) -> 
                 engine.turns = engine.grants = None
                 engine.waiting._turns = engine.waiting._grants = None
             elif locks._engine.turns is not None:
-                rec.live.members[p] = locks._engine.turns.member  # (see Liveness.in_line)
+                waiting = locks._engine.waiting  # (see Liveness.in_line)
+
+                def joined(key: bytes, waiting: Any = waiting) -> bool:
+                    queue = waiting._queues.get(key)
+                    return queue is not None and queue.entry is not None
+
+                rec.live.members[p] = (locks._engine.turns.member, joined)
             workers = [Worker(rec, locks, cfg, f"p{p}t{t}", seed) for t in range(cfg.tasks)]
             async with asyncio.TaskGroup() as group:
                 for w in workers:
