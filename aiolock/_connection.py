@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import select
 from collections.abc import Callable, Iterable
 from typing import Any, Final, Protocol, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -55,6 +56,7 @@ __all__ = [
     "parse_info",
     "parse_version",
     "subscriber_endpoints",
+    "unread",
 ]
 
 NodeSpec = str | Redis | RedisCluster
@@ -247,11 +249,7 @@ class ReplyReader:
         self._reader = hiredis.Reader()
 
     def _detach(self, *, graceful: bool = False) -> bool:
-        """Drop the connection, if any: ``graceful`` lets written bytes go out first.
-
-        Returns whether there was one. Later bytes and the loss of the old transport
-        are ignored (see :meth:`_feed`).
-        """
+        """Drop the connection if any (and say if there was); ``graceful``: flush first."""
         transport = self._transport
         if transport is not None:
             # Before the writer goes: the writer would close it on collection.
@@ -274,10 +272,7 @@ class ReplyReader:
         return True
 
     def _reply(self) -> Any:
-        """The next complete reply, ``False`` when none is complete yet.
-
-        Raises ``hiredis.ProtocolError`` on bytes that are not RESP.
-        """
+        """The next complete reply, or ``False`` (``hiredis.ProtocolError``: not RESP)."""
         return self._reader.gets()
 
 
@@ -303,6 +298,21 @@ def parse_version(text: str) -> tuple[int, ...] | None:
 def ignore(_reply: Any) -> None:
     """A callback for requests whose reply does not matter."""
     return
+
+
+def unread(transport: asyncio.BaseTransport) -> bool:
+    """Whether the connection's socket holds data not read yet (not read here).
+
+    Replies wait there while our own loop is blocked: a watchdog that reads the node's
+    silence from our side must not reset it then (Node._send).
+    """
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return False
+    try:
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):  # (closed meanwhile: the loop will say so)
+        return False
 
 
 def is_moved(error: Exception) -> bool:

@@ -46,6 +46,7 @@ from ._connection import (
     pack,
     parse_info,
     parse_version,
+    unread,
 )
 from ._events import logger
 from ._redis import error_from_reply
@@ -53,8 +54,8 @@ from ._scripts import Script
 
 __all__ = ["Node"]
 
-#: How long a node may leave its oldest request unanswered before the connection is
-#: considered stalled (a hung or blackholed node) and reset, at the least.
+#: How long a node may leave its oldest request unanswered, nothing to read from it, before
+#: its connection counts as stalled (a hung or blackholed node) and is reset, at least.
 MIN_STALL_TIMEOUT: Final = 1.0
 #: The oldest server version aiolock's scripts run on (``SET ... GET``).
 OLDEST_SERVER: Final = (6, 2)
@@ -182,7 +183,7 @@ class Node(ReplyReader):
         now = time.monotonic()
         if transport is not None:
             pending = self._pending
-            if pending and now - pending[0][3] > self._stall_timeout:
+            if pending and now - pending[0][3] > self._stall_timeout and not unread(transport):
                 self._reset(TimeoutError(f"{self.name}: no reply for {self._stall_timeout:.2f}s"))
             else:
                 self._write(packed)
@@ -350,9 +351,8 @@ class Node(ReplyReader):
             if isinstance(reply, hiredis.ReplyError):
                 error = error_from_reply(self.name, str(reply))
                 if script is not None and isinstance(error, NoScriptError):
-                    # The script cache was flushed (SCRIPT FLUSH, restart): send
-                    # the source. Later requests may run before this one; only the
-                    # retried script is delayed, never a reply mismatched.
+                    # The script cache was flushed (SCRIPT FLUSH, restart): send the
+                    # source. Later requests may run first: only it is delayed.
                     retry = (b"EVAL", script.source, *sent_args)
                     if self._transport is not None:
                         self._write(pack(retry))

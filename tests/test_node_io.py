@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from aiolock import LockManager
-from aiolock._node import Node
+from aiolock._node import MIN_STALL_TIMEOUT, Node
 from aiolock._scripts import Script
 
 
@@ -99,3 +99,32 @@ async def test_a_script_first_used_on_a_connection_runs_in_the_order_it_was_writ
         node.call((b"GET", name.encode()), replies[1].set_result)
         node.call_script(setter, (b"1", name.encode(), b"second"), replies[2].set_result)
         assert [await reply for reply in replies] == [1, b"first", 1]
+
+
+async def test_a_loop_blocked_past_the_stall_timeout_keeps_a_healthy_connection(
+    urls: list[str], name: str
+) -> None:
+    # A request is written, and the loop then blocks for longer than the stall
+    # watchdog's timeout (1 s at the least: a task hogging the loop), its reply unread
+    # in the socket's buffer meanwhile. The next request, sent as the block ends,
+    # finds the first one unanswered for that long: the node is not silent, our loop
+    # was. Resetting the connection then failed the first request, whose reply had
+    # come, and every other in flight (renewals, releases): failed votes for nothing.
+    assert MIN_STALL_TIMEOUT < 1.5
+    loop = asyncio.get_running_loop()
+    async with LockManager(urls[:1], restart_grace=0) as locks:
+        node = locks._engine.nodes[0]
+        assert isinstance(node, Node)
+        await node.connect()
+        transport = node._transport
+        replies: list[asyncio.Future[Any]] = [loop.create_future() for _ in range(2)]
+        key = name.encode()
+        node.call((b"SET", key, b"1"), replies[0].set_result)
+
+        def block_then_send() -> None:
+            time.sleep(1.5)
+            node.call((b"GET", key), replies[1].set_result)
+
+        loop.call_soon(block_then_send)
+        assert [await reply for reply in replies] == [b"OK", b"1"]
+        assert node._transport is transport  # never reset
