@@ -183,9 +183,18 @@ class Engine:
             logger.log(level, "lock %s %s after %.3fs%s", shown(name), kind, seconds, detail)
 
     def quorum_error(self, what: str, votes: Votes) -> QuorumError:
-        """The error for ``what`` (say, "acquire of lock 'x'") when too many nodes failed."""
+        """The error for ``what`` (say, "acquire of lock 'x'") when too many nodes failed.
+
+        Or when none did, and a quorum's yes was read after the validity it gave ran out.
+        """
         quorum = self.quorum
         errors = votes.errors(quorum.nodes)
+        if not errors and votes.won:  # (read too late: a task blocked the event loop?)
+            return QuorumError(
+                f"{what}: confirmed only after the validity it gave had run out (was the "
+                "event loop blocked?)",
+                errors,
+            )
         detail = "; ".join(str(e) or type(e).__name__ for e in errors.values())
         return QuorumError(
             f"{what}: {len(errors)} of {quorum.n} nodes failed, "

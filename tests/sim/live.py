@@ -42,7 +42,10 @@ forgot is never taken: see Recorder.watch_orphans).
   on short blocks, whose only faults are stalls within steps, each longer than
   node_timeout and shorter than a third of the ttl, far apart (run.blocking): every
   node answers at once, its reply waits to be read, and a fan-out's timer counts
-  from its writes (aiolock/_votes.py, WriteTimer), so no operation fails a quorum.
+  from its writes (aiolock/_votes.py, WriteTimer), so no operation fails a quorum;
+  but an ``extend()`` to a ttl shorter than a block that struck while it was out,
+  whose replies are read after the validity they gave ran out (it fails, and says so:
+  counted as "extend_outlasted"; seed 70369244179214).
 * **writers first**: no reader whose acquire began :data:`INTENT_AFTER` or more after
   a writer began to wait takes the read-write lock while that writer still waits
   (docs/guide/primitives.md: "a waiting writer keeps new readers out until the current
