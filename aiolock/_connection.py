@@ -301,16 +301,17 @@ def ignore(_reply: Any) -> None:
 
 
 def unread(transport: asyncio.BaseTransport) -> bool:
-    """Whether the connection's socket holds data not read yet (not read here).
+    """Whether the connection's socket holds data not read yet (it reads none).
 
-    Replies wait there while our own loop is blocked: a watchdog that reads the node's
-    silence from our side must not reset it then (Node._send).
+    Replies wait there while our loop is blocked: the node is not silent (Node._send).
     """
     sock = transport.get_extra_info("socket")
-    if sock is None:
-        return False
     try:
-        return bool(select.select([sock], [], [], 0)[0])
+        if sock is None or not hasattr(select, "poll"):  # (select() fails past fd 1023)
+            return sock is not None and bool(select.select([sock], [], [], 0)[0])
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        return bool(poller.poll(0))
     except (OSError, ValueError):  # (closed meanwhile: the loop will say so)
         return False
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -248,10 +249,7 @@ class Quorum:
         return tuple(i for i in asked if released.verdicts[i] is not False)
 
     async def _settle_fence(self, votes: Votes, fence_key: bytes, retention: bytes) -> int | None:
-        """The fencing token of a won attempt, once a majority of counters reached it.
-
-        Returns ``None`` when no majority could be confirmed in time.
-        """
+        """A won attempt's fencing token, once a majority of counters has it (None: late)."""
         replies = votes.replies
         verdicts = votes.verdicts
         fences = [replies[i][1] for i in range(self.n) if verdicts[i]]
@@ -354,29 +352,34 @@ class Quorum:
         return await self._run(send, is_list, early=False)
 
     async def extend_many(
-        self, items: Sequence[tuple[bytes, bytes, float]], *, budget: float | None = None
+        self,
+        items: Sequence[tuple[bytes, bytes, float]],
+        *,
+        budget: float | None = None,
+        limit: float = math.inf,
     ) -> BatchVotes:
         """Extend many locks, each ``(key, token, ttl)``, with one script call per node.
 
-        Waits for every node, or ``budget`` seconds (default ``node_timeout``: a big batch
-        takes a node longer than one small request); never cancelled midway. The
-        caller derives each lock's outcome from the counts, and its validity from when it
-        called (the requests are written before the first await).
+        Waits for every node, or ``budget`` seconds per script call (default
+        ``node_timeout``), ``limit`` at most in all (the calls go one at a time: below);
+        never cancelled midway. The caller derives each lock's outcome from the counts,
+        and its validity from when it called (the requests go before the first await).
         """
-        timeout = self.node_timeout if budget is None else budget
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         chunks = batch_chunks([len(key) + len(token) for key, token, _ttl in items])
         batch = BatchVotes(len(items), n=self.n, chunks=len(chunks), waiter=waiter)
         if not chunks:
             return batch
+        timeout = min((self.node_timeout if budget is None else budget) * len(chunks), limit)
         timer = WriteTimer(timeout, batch.expire, self.nodes, chunks, timeout)
         packed = [chunk_args(items, lo, hi) for lo, hi in chunks]
 
         # One chunk at a time on each node: the batch shares the node's one ordered
         # connection with acquires and releases (see _engine.py), which then wait for
         # one chunk at most, not the whole batch. A chunk sent later is applied later:
-        # validity counted from ``start`` only errs short.
+        # validity counted from ``start`` only errs short. (Each takes a round trip: the
+        # budget is per chunk; for the batch, later chunks failed: seed 70369244182651.)
         def send(ni: int, node: NodeLike, k: int) -> None:
             lo, hi = chunks[k]
 

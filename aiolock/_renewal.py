@@ -279,10 +279,10 @@ class Renewer:
     async def _renew(self, due: list[Renewal]) -> None:
         quorum = self._quorum
         clock = self.clock
-        # Renewal is not latency-bound: a batch may take a node longer than one
-        # small request, up to a sixth of the shortest ttl, but not past the first
-        # deadline in it (each deadline's timer fires regardless: this only frees
-        # the renewer for the next batch in time).
+        # Renewal is not latency-bound: each script call of a batch may take a node
+        # longer than one small request, up to a sixth of the shortest ttl, but the
+        # batch not past the first deadline in it (each deadline's timer fires
+        # regardless: this only frees the renewer for the next batch in time).
         first_deadline = min(r.give_up_at for r in due) - clock()
         budget = max(quorum.node_timeout, min(min(r.hold.ttl for r in due) / 6, first_deadline))
         start = clock()
@@ -291,7 +291,9 @@ class Renewer:
         ]
         try:
             batch = await quorum.extend_many(
-                [(r.hold.key, r.token, r.hold.ttl) for r in due], budget=budget
+                [(r.hold.key, r.token, r.hold.ttl) for r in due],
+                budget=budget,
+                limit=max(budget, first_deadline),
             )
         except BaseException:
             for renewal, extension in zip(due, extensions, strict=True):

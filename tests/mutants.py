@@ -912,6 +912,44 @@ MUTANTS = [
             "test_a_waiter_wakes_when_a_quorum_is_free_not_at_a_rivals_longer_ttl",
         ),
     ),
+    # The eleventh session's two fixes: the stall watchdog, and an extend() read late.
+    Mutant(
+        "a loop blocked past the stall timeout resets a connection whose replies wait unread",
+        "aiolock/_node.py",
+        " > self._stall_timeout and not unread(transport):\n",
+        " > self._stall_timeout:\n",
+        (
+            "tests/test_node_io.py::"
+            "test_a_loop_blocked_past_the_stall_timeout_keeps_a_healthy_connection",
+        ),
+    ),
+    Mutant(
+        "the stall watchdog never resets a connection, silent as it may be",
+        "aiolock/_node.py",
+        "            if pending and now - pending[0][3] > self._stall_timeout and not unread(",
+        "            if False and not unread(",
+        (
+            "tests/test_node_io.py::"
+            "test_a_silent_connection_is_reset_once_its_oldest_request_waited_too_long",
+        ),
+    ),
+    Mutant(
+        "a renewal batch's budget covers all its script calls, not each",
+        "aiolock/_quorum.py",
+        "budget) * len(chunks), limit)",
+        "budget), limit)",
+        (
+            "tests/test_renewal.py::"
+            "test_a_slow_majority_renews_every_call_of_a_split_batch_within_the_budget",
+        ),
+    ),
+    Mutant(
+        "an extend() confirmed after its validity ran out says that no node failed",
+        "aiolock/_engine.py",
+        "        if not errors and votes.won:",
+        "        if False:",
+        ("tests/test_lock.py::test_an_extend_confirmed_after_its_validity_ran_out_says_so",),
+    ),
 ]
 
 

@@ -12,6 +12,9 @@ from aiolock import LockManager
 from aiolock._node import MIN_STALL_TIMEOUT, Node
 from aiolock._scripts import Script
 
+from .faults import proxies
+from .faults.proxy import Mode
+
 
 def _count_writes(manager: LockManager) -> list[int]:
     """Count, per node, the writes to its connection from now on (a test's wiretap)."""
@@ -128,3 +131,30 @@ async def test_a_loop_blocked_past_the_stall_timeout_keeps_a_healthy_connection(
         loop.call_soon(block_then_send)
         assert [await reply for reply in replies] == [b"OK", b"1"]
         assert node._transport is transport  # never reset
+
+
+async def test_a_silent_connection_is_reset_once_its_oldest_request_waited_too_long(
+    urls: list[str],
+) -> None:
+    # The other side of the test above: a node from which no byte comes (blackholed)
+    # is taken for hung once its oldest request has waited the stall timeout; the next
+    # request resets the connection, fails the ones in flight, and goes out on a new
+    # connection.
+    loop = asyncio.get_running_loop()
+    async with proxies(urls[:1]) as (proxy,), LockManager([proxy.url], restart_grace=0) as locks:
+        node = locks._engine.nodes[0]
+        assert isinstance(node, Node)
+        await node.connect()
+        transport = node._transport
+        replies: list[asyncio.Future[Any]] = [loop.create_future() for _ in range(2)]
+        proxy.mode = Mode.BLACKHOLE
+        node.call((b"PING",), replies[0].set_result)
+        await asyncio.sleep(MIN_STALL_TIMEOUT + 0.2)
+        proxy.mode = Mode.PASS
+        node.call((b"PING",), replies[1].set_result)
+        async with asyncio.timeout(10):  # (without the watchdog: no reply, ever)
+            first, second = [await reply for reply in replies]
+        assert isinstance(first, TimeoutError), first
+        assert "no reply for" in str(first)
+        assert second == b"PONG"
+        assert node._transport is not transport

@@ -299,6 +299,8 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "refresh-keeps-old-offer",
         "expired-release-ends-streak",
         "waiter-sleeps-to-longest-ttl",
+        "extend-read-late-no-node-failed",
+        "renewal-budget-for-the-batch",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

@@ -745,6 +745,7 @@ class Worker:
             except QuorumError as exc:
                 self.rec.count("quorum")
                 self.rec.event(self.owner, f"quorum error: {exc}")
+                self._explained(exc)
                 await asyncio.sleep(self.rng.uniform(0.01, 0.1))
             except LockNotOwned:
                 self.rec.count("not_owned")
@@ -838,6 +839,16 @@ class Worker:
                     h.told_in_extend = self.cancelled_in_extend
             raise
 
+    def _explained(self, error: QuorumError) -> None:
+        """The rule "a quorum error names its failed nodes" (API.md: "too many nodes
+        failed (errors/timeouts) ... ``.errors`` maps node -> exception"): or, none
+        failed, it says that the quorum's yes was read after the validity it gave ran
+        out (seed 70369244179214 once read "0 of 3 nodes failed")."""
+        if not error.errors and "confirmed only after" not in str(error):
+            self.rec.world.promises.append(
+                f"a quorum error names its failed nodes: {self.owner} at {self.now():.6f}: {error}"
+            )
+
     async def _extend(self, handle: Any, holds: list[Holding]) -> None:
         factor = (
             self.rng.uniform(0.2, 0.7) if self.rng.random() < 0.5 else self.rng.uniform(1.0, 2.0)
@@ -871,6 +882,7 @@ class Worker:
             async with asyncio.timeout(limit):
                 await handle.extend(ttl)
         except QuorumError as error:
+            self._explained(error)
             # No node failed, but the replies were read after the validity they gave ran
             # out: a stall outlasted the extension's ttl, which a run focused on short
             # blocks allows (seed 70369244179214: 0.449 s, a 0.477-s block), not a loss.
