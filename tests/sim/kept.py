@@ -107,7 +107,10 @@ REGRESSIONS: list[tuple[int, list[int] | None, str]] = [
     # while its subscriptions were held back); and an extend() sent 0.36 s before the
     # validity ended, read after a 1.2-s stall that began as it went out (revived).
     (70369044179252, None, "checker: a wait counted in line by its process's old entry"),
-    (70369044186868, None, "checker: an extend() in flight through a long stall"),
+    # (The second with 5 of its 11 faults: with all, its last stall within a step
+    # strikes 2 callbacks later on 3.13 than on 3.11, after a reconnect through
+    # asyncio's streams; docs/project/testing.md, Determinism.)
+    (70369044186868, [1, 2, 4, 7, 8], "checker: an extend() in flight through a long stall"),
     # Kills of two tentative-offer mutants (ninth session) that were the first false
     # alarm's: each counted a wait begun as its process's previous queue left the line.
     # With the rule mended, neither mutant fails there, nor in 2,700 schedules of its
