@@ -238,8 +238,8 @@ class Attempt:
         )
         if not pttls:
             return None
-        need = max(1, votes.quorum - (votes.n - len(pttls)))
-        return pttls[min(need, len(pttls)) - 1] / 1000
+        # The k-th shortest, k = quorum - (nodes not holding): never more than len(pttls).
+        return pttls[max(1, votes.quorum - (votes.n - len(pttls))) - 1] / 1000
 
 
 class _Awaited(Protocol):

@@ -905,7 +905,7 @@ MUTANTS = [
     Mutant(
         "a waiter sleeps to the longest ttl among the nodes that said held",
         "aiolock/_votes.py",
-        "        return pttls[min(need, len(pttls)) - 1] / 1000\n",
+        "        return pttls[max(1, votes.quorum - (votes.n - len(pttls))) - 1] / 1000\n",
         "        return pttls[-1] / 1000\n",
         (
             "tests/test_waiting.py::"
