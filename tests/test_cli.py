@@ -49,9 +49,12 @@ def test_demo_runs_on_embedded_nodes_and_exits_cleanly() -> None:
 
 
 async def test_servers_run_in_the_foreground_print_their_urls_and_stop_on_ctrl_c() -> None:
+    # SIGINT as a terminal delivers it: a suite started in the background (a script's
+    # `cmd &`) ignores SIGINT, and a child inherits that (it then never stopped).
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "aiolock", "servers", "2",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     assert process.stdout is not None
     try:
