@@ -3,7 +3,9 @@
     python tests/chaos_worker.py MODE SECONDS TASKS NAME,NAME URL [URL ...]
 
 Prints one JSON object per line: each critical section (name, entered, valid_until,
-left, token, pid, told) on the system-wide monotonic clock, then a summary of errors.
+left, token, pid, told; in renew and delay modes also ``lost_at`` and the loss's
+message, and each ``extend()`` as [sent, ttl, outcome, returned]) on the system-wide
+monotonic clock, then a summary of errors.
 
 MODE ``expire``: ``auto_renew=False``, ttl 1 s, short sections. Now and then a holder
 blocks its event loop past its lock's validity (a "paused holder"); its section may
@@ -41,6 +43,8 @@ RENEW_TTL = (2.0, 6.0)  # MODE renew: the range of ttls
 RENEW_HOLD = (0.05, 2.0)  # MODE renew: how long a section lasts, in ttls
 DELAY_TTL = (1.0, 3.0)  # MODE delay: the range of ttls (sections as in renew)
 EXTEND_CHANCE = 0.02  # MODE delay: per 10 ms of a body, the chance of an extend()
+STALL_PERIOD = 0.005  # how often the stall watcher wakes up
+STALL_SEEN = 0.01  # how late a wake-up must be to count as a stall
 
 
 def restart_grace(mode: str) -> float:
@@ -54,6 +58,33 @@ def emit(record: dict[str, Any]) -> None:
     print(json.dumps(record), flush=True)
 
 
+class Stalls:
+    """When this process's event loop could not run: a holder is told only when it runs.
+
+    A task sleeps :data:`STALL_PERIOD` again and again; a wake-up later than that by
+    :data:`STALL_SEEN` or more is a stall, kept as (from, to): from when it should have
+    woken, so a stall that began earlier counts short, never long. On a busy 2-core
+    machine the processes wait for a core, as they would on a paused VM; the checker
+    forgives a late word to a holder by as long as its loop stalled, never a lock taken
+    while its validity lasted (renewal.md).
+    """
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[float, float]] = []
+
+    async def run(self) -> None:
+        while True:
+            before = time.monotonic()
+            await asyncio.sleep(STALL_PERIOD)
+            after = time.monotonic()
+            if after - before - STALL_PERIOD >= STALL_SEEN:
+                self.seen.append((before + STALL_PERIOD, after))
+
+    def during(self, start: float, end: float) -> list[tuple[float, float]]:
+        """The stalls that overlap ``start`` to ``end``."""
+        return [(a, b) for a, b in self.seen if b > start and a < end]
+
+
 async def main(mode: str, seconds: float, tasks: int, names: list[str], urls: list[str]) -> None:
     pid = os.getpid()
     errors: dict[str, int] = {}
@@ -64,6 +95,8 @@ async def main(mode: str, seconds: float, tasks: int, names: list[str], urls: li
         errors[kind] = errors.get(kind, 0) + 1
 
     grace = restart_grace(mode)
+    stalls = Stalls()
+    watcher = asyncio.ensure_future(stalls.run())
     async with LockManager(urls, node_timeout=NODE_TIMEOUT, restart_grace=grace) as locks:
 
         async def expiring() -> None:
@@ -132,6 +165,7 @@ async def main(mode: str, seconds: float, tasks: int, names: list[str], urls: li
                             "ttl": ttl,
                         }
                         end = min(entered + rng.uniform(*RENEW_HOLD) * ttl, stop_at)
+                        watch = asyncio.ensure_future(note_lost(lock, record))
                         try:
                             while True:
                                 now = time.monotonic()
@@ -151,17 +185,28 @@ async def main(mode: str, seconds: float, tasks: int, names: list[str], urls: li
                             record["left"] = time.monotonic()
                             record["told"] = True
                             raise
+                        finally:
+                            watch.cancel()
                 except LockTimeout:
                     count("timeout")
-                except LockLost:
+                except LockLost as exc:
                     count("lost")
+                    if record:
+                        record["lost"] = str(exc)
                 except QuorumError:
                     count("quorum")
                     await asyncio.sleep(0.05)
                 except LockError as exc:
                     count(type(exc).__name__)
                 if record:
+                    record["stalls"] = stalls.during(record["entered"], record["left"])
                     emit(record)
+
+        async def note_lost(lock: Any, record: dict[str, Any]) -> None:
+            # For the checker's report: when the library gave the lock up (the body is
+            # told at its next await).
+            await lock.wait_lost()
+            record["lost_at"] = time.monotonic()
 
         async def extend(lock: Any, ttl: float, record: dict[str, Any]) -> None:
             factor = rng.uniform(0.2, 0.6) if rng.random() < 0.5 else rng.uniform(1.0, 2.0)
@@ -169,17 +214,30 @@ async def main(mode: str, seconds: float, tasks: int, names: list[str], urls: li
             # The guard the checker expects is that of the ttl that set the validity
             # (renewal.md): after a shorter extend(), the shorter one's.
             record["ttl"] = min(record["ttl"], new_ttl)
+            # A shorter one lowers the validity as it goes out (renewal.md): the nodes
+            # keep the key at least new_ttl from now, and no longer if it lands. The
+            # body's own estimate follows before the call, as the library's does.
+            record["valid_until"] = min(record["valid_until"], time.monotonic() + new_ttl)
+            # For the checker's report: when each extend() went out and came back, how.
+            sent = [time.monotonic(), new_ttl, "cancelled", None]
+            record.setdefault("extends", []).append(sent)
             try:
                 await lock.extend(new_ttl)
+                sent[2] = "ok"
             except QuorumError:
+                sent[2] = "quorum"
                 count("extend_quorum")  # the validity follows what the nodes may hold
             except LockNotOwned:
                 # Not held on a majority while the holder believed it valid: the nodes
                 # lost a key we kept: the test fails on this count.
+                sent[2] = "not_owned"
                 count("extend_not_owned")
+            finally:
+                sent[3] = time.monotonic()
 
         task = renewed if mode in ("renew", "delay") else expiring
         await asyncio.gather(*(task() for _ in range(tasks)))
+    watcher.cancel()
     emit({"summary": errors, "pid": pid})
 
 

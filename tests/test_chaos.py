@@ -15,7 +15,10 @@ ttl), delays and blackholes nodes. Two modes:
   fail and holders must be told. The checker fails when a body ran past its own
   last validity estimate (it must end, or be told, before), on any overlap of two
   sections of one name (a told holder's section ends when it is told), and on
-  fencing tokens out of order.
+  fencing tokens out of order. A holder is told only when its event loop runs: each
+  worker watches its loop, and a body late by no more than its loop stalled (a busy
+  machine) is forgiven and counted as ``stalled``; a lock taken while the earlier
+  holder's validity lasted never is.
 
 * **delay** (issue 31: messages that arrive late): as renew, with bodies that also
   call ``extend()`` with shorter and longer ttls, while :class:`DelayNemesis` (through
@@ -25,7 +28,8 @@ ttl), delays and blackholes nodes. Two modes:
 
 Short by default (``expire`` 12 s, ``renew`` and ``delay`` 60 s);
 ``AIOLOCK_CHAOS_SECONDS=600`` (or ``nox -s chaos -- 600``) for a long run of each.
-``AIOLOCK_CHAOS_SEED`` replays a nemesis's choices (the processes' timing still varies).
+``AIOLOCK_CHAOS_SEED`` replays a nemesis's choices (the processes' timing still varies);
+``AIOLOCK_CHAOS_DUMP=DIR`` writes every section of a mode to ``DIR/MODE.json``.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 import aiolock.testing
 from aiolock.testing import NodeProxy, Server, Servers, command, script
@@ -313,7 +319,15 @@ async def _run_chaos(
                 errors.update(record["summary"])
             else:
                 sections.append(record)
+    _dump(mode, sections)
     return sections, errors, nemesis
+
+
+def _dump(mode: str, sections: list[dict[str, Any]]) -> None:
+    """Write the sections to ``$AIOLOCK_CHAOS_DUMP/MODE.json``, if set, for study."""
+    folder = os.environ.get("AIOLOCK_CHAOS_DUMP")
+    if folder:
+        Path(folder, f"{mode}.json").write_text(json.dumps(sections))
 
 
 async def test_chaos_mutual_exclusion_tokens_and_progress(servers: Servers) -> None:
@@ -334,24 +348,47 @@ def check_renewed(sections: list[dict[str, Any]]) -> dict[str, int]:
     """The checker of renew mode; returns counts. Raises AssertionError on a violation."""
     stats = {"sections": len(sections), "told": 0, "least_margin_ms": 10**9}
     by_name: dict[str, list[dict[str, Any]]] = {}
+    stats["stalled"] = 0
     for section in sections:
         by_name.setdefault(section["name"], []).append(section)
         # The body ended before its own last validity estimate; a holder that was
-        # told, at least half the promised guard before it (README).
+        # told, at least half the promised guard before it (README). Late by no more
+        # than its process's event loop stalled meanwhile: a holder is told only when
+        # its loop runs (a busy machine, a paused VM; what fencing tokens are for).
         margin = section["valid_until"] - section["left"]
-        assert margin >= 0.0, ("ran past its validity", section)
-        if section["told"]:
-            guard = min(section["ttl"] / 5, max(3 * NODE_TIMEOUT, 0.05))
-            assert margin >= guard / 2, ("told too late", section)
+        guard = min(section["ttl"] / 5, max(3 * NODE_TIMEOUT, 0.05))
+        needed = guard / 2 if section["told"] else 0.0
+        if margin < needed:
+            stalled = _stalled(section, section["valid_until"] - guard)
+            violation = "told too late" if section["told"] else "ran past its validity"
+            assert margin + stalled >= needed, _shown(violation, section)
+            stats["stalled"] += 1
         stats["told"] += section["told"]
         stats["least_margin_ms"] = min(stats["least_margin_ms"], int(margin * 1000))
-    for name, group in by_name.items():
+    for group in by_name.values():
         group.sort(key=lambda s: s["entered"])
         for earlier, later in itertools.pairwise(group):
-            assert later["token"] > earlier["token"], (name, earlier, later)
-            # No overlap: a holder that was told stopped when told.
-            assert later["entered"] >= earlier["left"], ("overlap", name, earlier, later)
+            assert later["token"] > earlier["token"], _shown("tokens", earlier, later)
+            # No overlap: a holder that was told stopped when told. And never, stalled
+            # or not, while the earlier's validity lasted: the nodes kept its key.
+            overlap = later["entered"] < earlier["left"]
+            assert not overlap or later["entered"] >= earlier["valid_until"], _shown(
+                "overlap", earlier, later
+            )
     return stats
+
+
+def _stalled(section: dict[str, Any], since: float) -> float:
+    """How long the section's event loop stalled between ``since`` and its end."""
+    left = section["left"]
+    return sum(
+        max(0.0, min(to, left) - max(start, since)) for start, to in section.get("stalls", ())
+    )
+
+
+def _shown(violation: str, *sections: dict[str, Any]) -> str:
+    """A violation with its sections in full (pytest shortens a tuple's repr)."""
+    return "\n".join([violation, *(json.dumps(s, sort_keys=True) for s in sections)])
 
 
 async def test_chaos_with_renewal_and_majority_pauses(servers: Servers) -> None:
@@ -360,7 +397,8 @@ async def test_chaos_with_renewal_and_majority_pauses(servers: Servers) -> None:
     print(
         f"chaos (renew): {RENEW_SECONDS:.0f}s, {PROCESSES}x{TASKS} tasks, faults "
         f"{dict(nemesis.injected)}, {stats['sections']} sections checked, {stats['told']} "
-        f"holders told of a loss, least margin before validity ended "
+        f"holders told of a loss, {stats['stalled']} late by no more than their loop "
+        f"stalled, least margin before validity ended "
         f"{stats['least_margin_ms']} ms, client-side errors {dict(errors)}"
     )
     # The run did something. (Each majority restart is an outage of restart_grace, 7 s,
@@ -378,7 +416,8 @@ async def test_chaos_with_late_messages(servers: Servers) -> None:
     print(
         f"chaos (delay): {RENEW_SECONDS:.0f}s, seed {nemesis.seed}, {PROCESSES}x{TASKS} "
         f"tasks, faults {dict(nemesis.injected)}, {stats['sections']} sections checked, "
-        f"{stats['told']} holders told of a loss, least margin before validity ended "
+        f"{stats['told']} holders told of a loss, {stats['stalled']} late by no more than "
+        f"their loop stalled, least margin before validity ended "
         f"{stats['least_margin_ms']} ms, client-side errors {dict(errors)}"
     )
     # A majority that said "not held" while its holder believed the lock valid.
@@ -414,14 +453,26 @@ def test_renew_checker_catches_violations() -> None:
         {"name": "n", "entered": 0.0, "valid_until": 3.0, "left": 2.5, "told": True, "token": 1},
         {"name": "n", "entered": 2.6, "valid_until": 5.0, "left": 4.0, "told": False, "token": 2},
     ]
-    ok = [dict(section, ttl=3.0) for section in ok]
-    assert check_renewed(ok)["told"] == 1
+    ok = [dict(section, ttl=3.0) for section in ok]  # guard: 0.15 s
+    assert check_renewed(ok) == {"sections": 2, "told": 1, "least_margin_ms": 500, "stalled": 0}
+    ran_past = dict(ok[0], left=3.1, told=False)
     for broken, what in [
-        ([dict(ok[0], left=3.1), ok[1]], "ran past its validity"),
+        ([ran_past, dict(ok[1], entered=3.2)], "ran past its validity"),
         ([dict(ok[0], left=2.95), ok[1]], "told too late"),
         ([ok[0], dict(ok[1], entered=2.4)], "overlap"),
-        ([ok[0], dict(ok[1], token=1)], "token order"),
+        ([ok[0], dict(ok[1], token=1)], "tokens"),
+        # Stalled, but less than it was late (0.03 s of 0.1 s; 0.01 s of 0.025 s).
+        ([dict(ran_past, stalls=[(3.05, 3.08)]), dict(ok[1], entered=3.2)], "ran past"),
+        ([dict(ok[0], left=2.95, stalls=[(2.8, 2.86)]), ok[1]], "told too late"),
+        # However long the loop stalled: never taken while its validity lasted.
+        ([dict(ran_past, stalls=[(2.9, 3.2)]), dict(ok[1], entered=2.95)], "overlap"),
     ]:
-        with contextlib.suppress(AssertionError):
+        with pytest.raises(AssertionError, match=what):
             check_renewed(broken)
-            raise RuntimeError(f"{what} not caught")
+    # Late by no more than the loop stalled within the guard: forgiven, and counted.
+    forgiven = [
+        [dict(ran_past, stalls=[(2.9, 3.2)]), dict(ok[1], entered=3.05)],
+        [dict(ok[0], left=2.95, stalls=[(2.88, 2.95)]), dict(ok[1], entered=3.0)],
+    ]
+    for sections in forgiven:
+        assert check_renewed(sections)["stalled"] == 1
