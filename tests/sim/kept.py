@@ -644,6 +644,26 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [0],
         "lost under lag",
     ),
+    # The twelfth session's two, once the world gave its connections sockets (from
+    # SOCKETS_FROM, 2**47): a block of 1.256 s, past the stall watchdog's second, in a
+    # run focused on blocks with long ones (387 schedules, 98 s, focus block; its one
+    # fault): the replies that came meanwhile waited in the socket, and the mutant
+    # reset the connection anyway, failing what was in flight (an acquire: a quorum
+    # error). And one command link gone silent (35 schedules, 9 s, unfocused; shrunk
+    # from 12 faults to it): the mutant kept writing on it, 1.3 s after its first
+    # write there; ours reset it at its next request after the watchdog's second.
+    (
+        "a loop blocked past the stall timeout resets a connection whose replies wait unread",
+        140737488362377,
+        [0],
+        "lost under short blocks",
+    ),
+    (
+        "the stall watchdog never resets a connection, silent as it may be",
+        140737488355362,
+        [3],
+        "a silent connection is given up",
+    ),
 ]
 
 

@@ -50,6 +50,7 @@ from .world import (
     MODELS_FROM,
     ORDERED_FROM,
     SKEW_FROM,
+    SOCKETS_FROM,
     STEP_STALL_FROM,
     SUBSCRIBE_LATE_FROM,
     Deadlock,
@@ -229,6 +230,9 @@ SPACING = 1.0
 #: above that watchdog (two stalls' waits never add up to it before a reply is read).
 BLOCK_LONGEST = 0.5
 BLOCK_SPACING = 1.2
+#: The blocks of a run focused on blocks with ``Config.long_blocks`` (from
+#: world.SOCKETS_FROM on): past the stall watchdog's second, below a third of the ttl.
+LONG_BLOCK = (1.05, 1.5)
 
 
 def spaced_restarts(rng: random.Random, cfg: Config) -> list[Fault]:
@@ -270,6 +274,9 @@ def blocking(rng: random.Random, cfg: Config) -> list[Fault]:
     at = rng.uniform(0.1, 1.0)
     while at < cfg.seconds:
         seconds = rng.uniform(1.2 * NODE_TIMEOUT, BLOCK_LONGEST)
+        if cfg.long_blocks:  # (see Config.long_blocks)
+            assert cfg.ttl is not None
+            seconds = rng.uniform(LONG_BLOCK[0], min(LONG_BLOCK[1], cfg.ttl / 3 - 0.05))
         faults.append(Fault(at, "stall", seconds=seconds, flag=True, rank=rng.randint(1, 12)))
         at += seconds + BLOCK_SPACING + rng.uniform(0.0, 1.0)
     return faults
@@ -353,6 +360,8 @@ def _make_faults(seed: int, cfg: Config) -> list[Fault]:
             every.add("failover")
         if seed >= SKEW_FROM:
             every.add("jump")
+        if seed >= SOCKETS_FROM:
+            every.add("silent")
         kinds = tuple(swarm.sample(sorted(every), swarm.randint(1, 3)))
     faults = []
     for _ in range(count):
@@ -380,7 +389,7 @@ def _make_faults(seed: int, cfg: Config) -> list[Fault]:
                 scale=rng.choice((0.02, 0.1, 0.5)),
                 rank=rng.randrange(2),
             )
-        elif kind == "sever":
+        elif kind in ("sever", "silent"):
             fault = Fault(at, kind, node, process, flag=rng.random() < 0.5)
         elif kind == "pause":
             fault = Fault(at, kind, node, seconds=rng.uniform(0.02, 3.0))

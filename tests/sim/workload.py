@@ -50,6 +50,7 @@ from .world import (
     ORDERED_FROM,
     REPAIR_FROM,
     SKEW_FROM,
+    SOCKETS_FROM,
     STEP_STALL_FROM,
     TIGHT_FROM,
     SimLoop,
@@ -184,6 +185,11 @@ class Config:
     #: without taking turns (as an older aiolock's do, or a Redis Cluster's: no turn
     #: queue, no grants), whom the end of a lone streak lets in.
     out_of_line: tuple[int, ...] = field(default=(), repr=False)
+    #: From SOCKETS_FROM on, in half the runs focused on blocks: ttls of 3.6 to 5 s and
+    #: blocks of 1.05 s up to a third of the ttl (at most 1.5 s), past the stall
+    #: watchdog's second (run.blocking): replies that came meanwhile wait in the socket,
+    #: and a connection whose replies wait is kept. Draws nothing otherwise.
+    long_blocks: bool = field(default=False, repr=False)
 
     def describe(self) -> str:
         extra = f" focus {self.focus}" if self.focus else ""
@@ -191,6 +197,7 @@ class Config:
         extra += f" ttl {self.ttl:.3f}" if self.ttl is not None else ""
         extra += f" short {self.short:.2f}" if self.short else ""
         extra += f" restart_grace {self.grace:.3f}" if self.grace else ""
+        extra += " long blocks" if self.long_blocks else ""
         return f"{self}{extra}" + (" long" if self.long else "")
 
 
@@ -243,6 +250,13 @@ def make_config(seed: int) -> Config:
         if chain.random() < 0.5:
             cfg.focus = "chain"
             focus_on_chains(cfg, chain)
+    if seed >= SOCKETS_FROM and cfg.focus == "block":
+        blocks = random.Random(f"blocks-{seed}")
+        if blocks.random() < 0.5:
+            cfg.long_blocks = True
+            cfg.ttl = blocks.uniform(3.6, 5.0)
+            if cfg.grace is not None:
+                cfg.grace = cfg.ttl * 2  # (as focus sets it: the ops have manual locks)
     if seed >= LAG_FROM and cfg.focus == "turns" and random.Random(f"line-{seed}").random() < 0.5:
         cfg.out_of_line = (cfg.processes - 1,)
     return cfg

@@ -27,11 +27,13 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import heapq
 import math
 import os
 import random
 import secrets
+import select
 import selectors
 import time
 from collections import deque
@@ -42,6 +44,7 @@ from typing import Any
 
 import hiredis
 
+from aiolock._node import MIN_STALL_TIMEOUT
 from aiolock._scripts import EXTEND_MANY_SCRIPT, RELEASE_EITHER_SCRIPT, REPAIR_SCRIPT
 from aiolock._turn_scripts import RELEASE_TURN_SCRIPT, TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
 
@@ -133,7 +136,6 @@ SUBSCRIBE_LATE_FROM = 2**44
 #: goes as several script calls, one after the other on each node's ordered
 #: connection, as a batch of thousands does. At the real size no run here ever had
 #: more than one, and the "one chunk" rule (:meth:`Link.from_client`) read nothing.
-#: The search starts here.
 CHUNKS_FROM = 2**45
 #: Seeds from here on give the managers, in a sixth of their runs (``run.Models``, from
 #: a stream of their own), each node as a **Redis Cluster** of one master serving every
@@ -143,7 +145,7 @@ CHUNKS_FROM = 2**45
 #: do on a cluster). Without restarts and failovers in those runs: a cluster is not
 #: checked for restarts (its masters come and go with the slot map), and its own
 #: failover is its replica's, which the world does not model. Nor MOVED, ASK or a
-#: second master. The search starts here.
+#: second master.
 CLUSTER_FROM = 2**46
 #: Seeds from here on (the same range) make half their stalls strike **within a step**
 #: (``run.make_faults``, a stream of its own; ``Fault.flag``): the loop blocks inside a
@@ -156,6 +158,24 @@ CLUSTER_FROM = 2**46
 #: blocked (before, the world waited too, and a reply sent before a stall was read
 #: after every timer it had outlasted: a node timed out that had answered at once).
 STEP_STALL_FROM = 2**46
+#: From here on a client's transport has a socket the library can poll
+#: (``aiolock._connection.unread``, through :class:`SimPoll`): what came while the
+#: clients' loop was blocked waits in it, replies or the connection's end, as in a real
+#: socket. The stall watchdog (``Node._send``) then sees that a node answered. (Before,
+#: there was no socket: after a stall of a second or more, every connection with a
+#: request that old was reset, though its replies had come; the real library keeps it.)
+#: And a command connection may go silent (a "silent" fault, in the swarm of kinds of
+#: unfocused runs), and runs focused on blocks have long ones in half their runs
+#: (``Config.long_blocks``). The search starts here.
+SOCKETS_FROM = 2**47
+#: The simulated sockets' file descriptors start here (far above any real one).
+SOCKET_FDS = 1 << 24
+#: The stall watchdog's time in the runs (``aiolock._node``: 20 x node_timeout is less):
+#: a connection whose oldest request waited longer, with nothing to read, is reset as the
+#: next request is sent. From SOCKETS_FROM on, a connection may go silent (a "silent"
+#: fault: a half-open connection, whose node's end is gone without a word, or a
+#: firewall that drops its packets): the rule "a silent connection is given up" (Link).
+WATCHDOG = MIN_STALL_TIMEOUT
 #: The EVALSHA of the renewal's batch script (see Link.from_client).
 RENEWAL_BATCH = EXTEND_MANY_SCRIPT.sha
 
@@ -421,6 +441,8 @@ class ClientTransport(asyncio.Transport):
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "peername":
             return (self.link.node.host, self.link.node.port)
+        if name == "socket" and self.link.world.seed >= SOCKETS_FROM:
+            return SimSocket(SOCKET_FDS + self.link.number)
         return default
 
     def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
@@ -459,6 +481,47 @@ class ClientTransport(asyncio.Transport):
             protocol.connection_lost(exc)
 
 
+class SimSocket:
+    """A simulated connection's socket, as ``transport.get_extra_info("socket")``: a
+    file descriptor number that :class:`SimPoll` answers for (see SOCKETS_FROM)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+    def setsockopt(self, *_args: Any) -> None:
+        """(redis-py sets TCP_NODELAY and keep-alives: the world has no TCP options.)"""
+
+
+class SimPoll:
+    """``select.poll()`` while a run goes on: a simulated socket is readable when its
+    link has something unread (:meth:`Link.unread`); any other descriptor is the real
+    poll's."""
+
+    def __init__(self, world: World, real: Callable[[], Any]) -> None:
+        self._world = world
+        self._real = real()
+        self._ours: set[int] = set()
+        self._theirs = 0
+
+    def register(self, fd: Any, eventmask: int = select.POLLIN | select.POLLPRI) -> None:
+        number = fd if isinstance(fd, int) else fd.fileno()
+        if number >= SOCKET_FDS:
+            self._ours.add(number)
+        else:
+            self._real.register(fd, eventmask)
+            self._theirs += 1
+
+    def poll(self, timeout: float | None = None) -> list[tuple[int, int]]:
+        links = {SOCKET_FDS + link.number: link for link in self._world.links}
+        ours = [(fd, select.POLLIN) for fd in self._ours if fd in links and links[fd].unread()]
+        if ours or not self._theirs:
+            return ours
+        return self._real.poll(timeout)  # type: ignore[no-any-return]
+
+
 class Link:
     """A connection between a process and a node: two pipes and the server's session."""
 
@@ -483,6 +546,10 @@ class Link:
         self._closed_by_client = False
         #: When the client last wrote a renewal batch's chunk here (see from_client).
         self.batch_written = -math.inf
+        #: When it went silent (a "silent" fault), and when the client first wrote on it
+        #: since (see silence).
+        self.silent_since: float | None = None
+        self.silent_write: float | None = None
 
     # client -> node
     def from_client(self, data: bytes) -> None:
@@ -496,6 +563,9 @@ class Link:
         chunks of two batches among it.)"""
         if self.dead and self.process in self.world.dead:
             return  # (its process died: nothing more leaves it)
+        if self.silent_since is not None:
+            self._written_silent()
+            return
         world = self.world
         if RENEWAL_BATCH in data and not world.cluster:  # (a cluster splits by slot)
             if data.count(RENEWAL_BATCH) > 1 or self.batch_written == world.now:
@@ -509,6 +579,37 @@ class Link:
         if not self.pubsub:
             self.pubsub = b"SUBSCRIBE\r\n" in data.upper()
         self.up.send(data, self.world.latency(self, "up"))
+
+    def silence(self) -> None:
+        """Go silent: what is in flight either way is lost, what the client writes
+        from now on vanishes, and nothing comes back, not even a reset."""
+        self.silent_since = self.world.now
+        self.up.cut()
+        self.down.cut()
+        self.world.trace(f"link {self.name} silent")
+
+    def _written_silent(self) -> None:
+        """The rule "a silent connection is given up": the client writes on a silent
+        connection for at most the stall watchdog's time (WATCHDOG) after its first
+        write there, plus the time the loop was blocked meanwhile (a block between a
+        request's send, where the watchdog looks, and its write at the end of the
+        iteration). Every write since the silence is one no reply will come for, so
+        by then the oldest request had waited longer than the watchdog, with nothing
+        to read: the library resets the connection before it writes again
+        (``Node._send``), and later requests go out on a new one."""
+        world = self.world
+        now = world.now
+        if self.silent_write is None:
+            self.silent_write = now
+            return
+        first = self.silent_write
+        blocked = sum(max(0.0, min(end, now) - max(start, first)) for start, end in world.stalls)
+        if now - first > WATCHDOG + blocked + 0.001:
+            world.promises.append(
+                f"a silent connection is given up: {self.name} silent since "
+                f"{self.silent_since:.6f}, written first at {first:.6f}, still at {now:.6f}"
+            )
+            self.silent_write = math.inf  # (once)
 
     def _repairs(self, data: bytes) -> None:
         """The "repairs follow a won renewal" rule, read as a client writes a repair:
@@ -544,17 +645,23 @@ class Link:
 
     # node -> client
     def reply(self, data: bytes) -> None:
-        if not self.dead:
+        if not self.dead and self.silent_since is None:
             self.down.send(data, self.world.latency(self, "down"))
 
     def push(self, data: bytes) -> None:
         """A pub/sub message: may come late, or be lost, under a pub/sub fault."""
-        if self.dead:
+        if self.dead or self.silent_since is not None:
             return
         fate = self.world.pubsub_fate(self)
         if fate is None:
             return
         self.down.send(data, fate)
+
+    def unread(self) -> bool:
+        """Whether the client's socket has something to read: what reached it while
+        its loop was blocked (a reply, a message), or the connection's end."""
+        queue = self.down.queue
+        return self.dead or (bool(queue) and queue[0][0] <= self.world.now)
 
     def _at_client(self, data: bytes) -> None:
         protocol = self.transport.get_protocol()
@@ -852,8 +959,8 @@ class Fault:
     seconds: float = 0.0  # how long it lasts
     scale: float = 0.0  # delay: the mean extra latency; pubsub, late: a chance; jump: s;
     # subscribe: the most a subscription is held back
-    flag: bool = False  # sever: in-flight applied; restart: new run_id; delay: one link;
-    # stall: within a step
+    flag: bool = False  # sever: in-flight applied (silent: drawn, unused); restart: new
+    # run_id; delay: one link; stall: within a step
     rank: int = 0  # slow: which of the process's command connections (by age); stall
     # within a step: after how many callbacks scheduled
 
@@ -865,6 +972,7 @@ class Fault:
             f"{self.seconds:.3f}s mean +{self.scale * 1000:.1f}ms",
             "late": f"p{self.process} {self.seconds:.3f}s bursts held {self.scale:.2f}",
             "sever": f"n{self.node} p{self.process} {'applied' if self.flag else 'lost'}",
+            "silent": f"n{self.node} p{self.process} a command link",
             "pause": f"n{self.node} {self.seconds:.3f}s",
             "restart": f"n{self.node} down {self.seconds:.3f}s "
             f"{'new' if self.flag else 'same'} run_id",
@@ -1182,6 +1290,11 @@ class World:
                 if fault.process in (-1, link.process):
                     link.sever(apply=fault.flag)
                     break
+        elif kind == "silent":  # (from SOCKETS_FROM on)
+            for link in list(node.sessions):
+                if fault.process in (-1, link.process) and not link.pubsub:
+                    link.silence()
+                    break
         elif kind == "pause":
             node.pause(fault.seconds)
         elif kind == "restart":
@@ -1225,7 +1338,8 @@ def virtual_process(world: World, seed: int) -> Iterator[None]:
 
     ``time.monotonic``/``time.time`` read the virtual clock (``time.time`` off by the
     running process's skew, if the world gives it one); the ``random`` module, the
-    ``secrets`` tokens and ``os.urandom`` draw from the run's seed. Restored after.
+    ``secrets`` tokens and ``os.urandom`` draw from the run's seed; ``select.poll``
+    answers for the simulated sockets (:class:`SimPoll`). Restored after.
     """
     saved = (
         time.monotonic,
@@ -1244,6 +1358,8 @@ def virtual_process(world: World, seed: int) -> Iterator[None]:
     def token_bytes(nbytes: int | None = None) -> bytes:
         return rng.randbytes(32 if nbytes is None else nbytes)
 
+    real_poll = select.poll
+    select.poll = functools.partial(SimPoll, world, real_poll)  # type: ignore[misc, assignment]
     time.monotonic = lambda: world.now
     time.monotonic_ns = lambda: int(world.now * 1e9)
     time.time = lambda: WALL_EPOCH + world.now + world.skews.get(current_process.get(), 0.0)
@@ -1263,6 +1379,7 @@ def virtual_process(world: World, seed: int) -> Iterator[None]:
             secrets.token_bytes,
         ) = saved[:6]
         random.setstate(saved[6])
+        select.poll = real_poll  # type: ignore[misc]
 
 
 __all__ = [
@@ -1270,6 +1387,7 @@ __all__ = [
     "MODELS_FROM",
     "ORDERED_FROM",
     "SKEW_FROM",
+    "SOCKETS_FROM",
     "Deadlock",
     "Error",
     "Fault",
