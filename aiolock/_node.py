@@ -15,9 +15,8 @@ One ordered connection per node also means that a release written before another
 task's acquire reaches the node first, and that a clean-up written after a timed-out
 request runs after it on the node.
 
-Requests never raise: every outcome, reply or failure, is handed to the request's
-callback. Failures are exceptions passed as values (``ConnectionError``,
-``TimeoutError``, a :class:`redis.exceptions.ResponseError` subclass, ...).
+Requests never raise: every outcome goes to the request's callback, a failure as an
+exception passed as a value (``ConnectionError``, ``TimeoutError``, a ``ResponseError``).
 """
 
 from __future__ import annotations
@@ -94,10 +93,8 @@ class Node(ReplyReader):
         self._request_timeout = request_timeout
         self._stall_timeout = max(MIN_STALL_TIMEOUT, 20 * request_timeout)
         self._scripts = scripts
-        # The scripts known loaded on the connection (the next one, while none is up):
-        # those loaded when it opens, then each one loaded on first use.
+        # Scripts loaded on the connection (or the next): as it opens, then each at first use.
         self._loaded = {script.sha for script in scripts}
-
         self._pending: deque[_Pending] = deque()
         self._queued: list[_Queued] = []
         # Requests written in this loop iteration, and the connection they are for.
@@ -108,8 +105,7 @@ class Node(ReplyReader):
         self._backoff = BACKOFF_FIRST
         self._last_error: Exception = RedisConnectionError(f"{self.name}: not connected yet")
         self._closed = False
-        #: The server's ``run_id`` as of the current connection (``None``: not known
-        #: yet, or ``INFO`` is not allowed).
+        #: The server's ``run_id`` on this connection (``None``: not known yet, INFO denied).
         self.run_id: bytes | None = None
         #: Since when the node counts as restarted (monotonic): its server's start, or when
         #: its ``run_id`` changed; ``None`` if unknown (``INFO`` denied); see restart_grace.
@@ -117,8 +113,7 @@ class Node(ReplyReader):
         #: Whether we saw the ``run_id`` change (else: a server first seen young).
         self.restart_seen = False
         self._last_run_id: bytes | None = None
-        #: The server's ``redis_version`` (Valkey reports the Redis version it is
-        #: compatible with), e.g. ``(7, 2)``; ``None`` while not known.
+        #: The server's ``redis_version`` (Valkey's: the Redis it matches), e.g. ``(7, 2)``.
         self.server_version: tuple[int, ...] | None = None
         #: Called with the node when a new connection told who the server is.
         self.on_identity: Callable[[Node], None] | None = None
@@ -139,8 +134,7 @@ class Node(ReplyReader):
     def refuse(self, error: Exception | None) -> None:
         """Fail every request with ``error`` until called with ``None`` or reconnected.
 
-        For a node found to be the same server as another node: it must not count
-        as a second vote.
+        For a node found to be the same server as another: no second vote.
         """
         self._refused = error
 
@@ -186,8 +180,8 @@ class Node(ReplyReader):
             if pending and now - pending[0][3] > self._stall_timeout and not unread(transport):
                 self._reset(TimeoutError(f"{self.name}: no reply for {self._stall_timeout:.2f}s"))
             else:
-                self._write(packed)
                 pending.append((callback, script, args, now))
+                self._write(packed)  # (after: _flush restamps what it writes)
                 return
         if self._closed:
             callback(RedisConnectionError(f"{self.name}: the lock manager is closed"))
@@ -232,6 +226,14 @@ class Node(ReplyReader):
         self._buffered = self._buffered_for = None
         if buffered and transport is self._transport:
             transport.write(buffered[0] if len(buffered) == 1 else b"".join(buffered))
+            # The last ones waiting. Written a node_timeout or more after they were sent (a
+            # task blocked the loop meanwhile), their wait counts from now, for the watchdog.
+            pending, now = self._pending, time.monotonic()
+            first = max(0, len(pending) - len(buffered))
+            if first < len(pending) and now - pending[first][3] > self._request_timeout:
+                for i in range(first, len(pending)):
+                    callback, script, args, _sent = pending[i]
+                    pending[i] = (callback, script, args, now)
 
     # -- connection -------------------------------------------------------------
 
@@ -284,8 +286,7 @@ class Node(ReplyReader):
         queued, self._queued = self._queued, []
         for packed, callback, script, args, deadline in queued:
             if now > deadline:
-                # The caller has given up on it; sending it now would only leave a
-                # stray key or run a stale release.
+                # Given up on: sent now, it would only leave a stray key or a stale release.
                 callback(TimeoutError(f"{self.name}: not connected in time"))
             else:
                 transport.write(packed)
@@ -314,8 +315,7 @@ class Node(ReplyReader):
                     self.restart_seen = True
                 self._last_run_id = self.run_id
             if restarted_at is not None:
-                # Never earlier than before: a failover's server, reconnected to, reads
-                # as known with a long uptime (the quarantine must go on).
+                # Never earlier: a failover's server has a long uptime (the quarantine goes on).
                 last = self.restarted_at
                 self.restarted_at = restarted_at if last is None else max(last, restarted_at)
         elif not self._info_denied_logged and not isinstance(reply, RedisConnectionError):
@@ -355,8 +355,8 @@ class Node(ReplyReader):
                     # source. Later requests may run first: only it is delayed.
                     retry = (b"EVAL", script.source, *sent_args)
                     if self._transport is not None:
-                        self._write(pack(retry))
                         pending.append((callback, None, retry, time.monotonic()))
+                        self._write(pack(retry))
                         continue
                 reply = error
             if self._refused is not None and callback != self._on_info:

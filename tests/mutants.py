@@ -933,6 +933,17 @@ MUTANTS = [
             "test_a_silent_connection_is_reset_once_its_oldest_request_waited_too_long",
         ),
     ),
+    # The twelfth session's: a request the loop blocked in the write buffer.
+    Mutant(
+        "the stall watchdog times a request from its send, though a block kept it unwritten",
+        "aiolock/_node.py",
+        "                pending[i] = (callback, script, args, now)\n",
+        "                pending[i] = (callback, script, args, _sent)\n",
+        (
+            "tests/test_node_io.py::"
+            "test_a_request_kept_in_the_write_buffer_through_a_block_is_timed_from_its_write",
+        ),
+    ),
     Mutant(
         "a renewal batch's budget covers all its script calls, not each",
         "aiolock/_quorum.py",

@@ -133,6 +133,44 @@ async def test_a_loop_blocked_past_the_stall_timeout_keeps_a_healthy_connection(
         assert node._transport is transport  # never reset
 
 
+async def test_a_request_kept_in_the_write_buffer_through_a_block_is_timed_from_its_write(
+    urls: list[str], name: str
+) -> None:
+    # Two requests in one loop iteration: the first is written at once, the second waits
+    # in the node's write buffer for the iteration's end (Node._write). A task blocks the
+    # loop past the stall watchdog's timeout before that end, so the second goes out only
+    # after the block. The first one's reply, read then, wakes a task that sends a third:
+    # the watchdog found the second "unanswered" since before the block, though it had
+    # just been written, and nothing to read yet (the node takes 0.3 s over it), and
+    # reset the connection: the second failed with "no reply for 1.00s" (found by the
+    # simulation, seed 140737489374714: a release queued behind a turn-queue script, a
+    # block of 1.36 s, then an acquire).
+    assert MIN_STALL_TIMEOUT < 1.5
+    loop = asyncio.get_running_loop()
+    async with LockManager(urls[:1], restart_grace=0) as locks:
+        node = locks._engine.nodes[0]
+        assert isinstance(node, Node)
+        await node.connect()
+        transport = node._transport
+        replies: list[asyncio.Future[Any]] = [loop.create_future() for _ in range(3)]
+        key = name.encode()
+
+        def block_between_send_and_write() -> None:
+            node.call((b"SET", key, b"1"), replies[0].set_result)  # written at once
+            node.call((b"BLPOP", key + b":list", b"0.3"), replies[1].set_result)  # buffered
+            time.sleep(1.5)
+
+        async def send_once_the_first_is_answered() -> None:
+            await replies[0]
+            node.call((b"GET", key), replies[2].set_result)
+
+        task = loop.create_task(send_once_the_first_is_answered())
+        loop.call_soon(block_between_send_and_write)
+        await task
+        assert [await reply for reply in replies] == [b"OK", None, b"1"]
+        assert node._transport is transport  # never reset
+
+
 async def test_a_silent_connection_is_reset_once_its_oldest_request_waited_too_long(
     urls: list[str],
 ) -> None:

@@ -303,6 +303,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "renewal-budget-for-the-batch",
         "watchdog-keeps-unread-replies",
         "watchdog-resets-silent-connection",
+        "watchdog-times-from-the-write",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(
