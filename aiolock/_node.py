@@ -95,6 +95,7 @@ class Node(ReplyReader):
         self._scripts = scripts
         # Scripts loaded on the connection (or the next): as it opens, then each at first use.
         self._loaded = {script.sha for script in scripts}
+        self._loads_due: list[Script] = []  # first used with no connection: load on the next
         self._pending: deque[_Pending] = deque()
         self._queued: list[_Queued] = []
         # Requests written in this loop iteration, and the connection they are for.
@@ -163,6 +164,8 @@ class Node(ReplyReader):
         """
         if script.sha not in self._loaded:
             self._loaded.add(script.sha)
+            if self._transport is None:  # (seed 140737490355870: else NOSCRIPT, out of order)
+                self._loads_due.append(script)
             load = (b"SCRIPT", b"LOAD", script.source)
             self._send(pack(load), ignore, None, load)
         self._send(pack((b"EVALSHA", script.sha, *args)), callback, script, args)
@@ -199,10 +202,9 @@ class Node(ReplyReader):
         # The first request of a loop iteration is written at once (a lone fan-out
         # waits for nothing); the node's later requests of the same iteration leave
         # together at its end (a call_soon), or as soon as COALESCE_REQUESTS wait.
-        # System calls, not bytes, are what costs: 100 tasks on 100 names ran about
-        # 2.4x as many cycles a second. The time a request waits here does not count
-        # against its node_timeout: the timers start once the writes are out (see
-        # WriteTimer).
+        # System calls, not bytes, are what costs: 100 tasks on 100 names ran about 2.4x
+        # as many cycles a second. The wait here counts neither against node_timeout (see
+        # WriteTimer) nor for the stall watchdog (see _flush).
         transport = self._transport
         if transport is None:
             return
@@ -213,8 +215,7 @@ class Node(ReplyReader):
                 self._flush(transport)
             return
         transport.write(packed)
-        self._buffered = []
-        self._buffered_for = transport
+        self._buffered, self._buffered_for = [], transport
         asyncio.get_running_loop().call_soon(self._flush, transport)
 
     def _flush(self, transport: asyncio.Transport) -> None:
@@ -226,8 +227,8 @@ class Node(ReplyReader):
         self._buffered = self._buffered_for = None
         if buffered and transport is self._transport:
             transport.write(buffered[0] if len(buffered) == 1 else b"".join(buffered))
-            # The last ones waiting. Written a node_timeout or more after they were sent (a
-            # task blocked the loop meanwhile), their wait counts from now, for the watchdog.
+            # The last ones waiting: written a node_timeout or more after they were sent (a
+            # task blocked the loop), their wait counts from now for the watchdog.
             pending, now = self._pending, time.monotonic()
             first = max(0, len(pending) - len(buffered))
             if first < len(pending) and now - pending[first][3] > self._request_timeout:
@@ -269,17 +270,17 @@ class Node(ReplyReader):
         self._attach(opened)
         transport = opened[0]
         now = time.monotonic()
-        # Who the server is, first: on an ordered connection its reply comes before
-        # any other, so every reply is counted knowing it (same-server check, restart
-        # quarantine). One command per connection, never per request.
+        # Who the server is, first: its reply comes before any other, so every reply is
+        # counted knowing it (same-server check, restart quarantine). Once per connection.
         self.run_id = None
         self._refused = None
         self._identified = asyncio.get_running_loop().create_future()
         transport.write(pack(_INFO_SERVER))
         self._pending.append((self._on_info, None, _INFO_SERVER, now))
-        # Load the scripts next: on an ordered connection they are known before the
-        # first EVALSHA runs (and NOSCRIPT remains handled if they are flushed later).
-        for loaded in self._scripts:
+        # Load the scripts next, so that they are known before the first EVALSHA runs (and
+        # those first used with no connection up, whose SCRIPT LOAD failed or expired).
+        loads, self._loads_due = (*self._scripts, *self._loads_due), []
+        for loaded in loads:
             load = (b"SCRIPT", b"LOAD", loaded.source)
             transport.write(pack(load))
             self._pending.append((ignore, None, load, now))
@@ -351,8 +352,7 @@ class Node(ReplyReader):
             if isinstance(reply, hiredis.ReplyError):
                 error = error_from_reply(self.name, str(reply))
                 if script is not None and isinstance(error, NoScriptError):
-                    # The script cache was flushed (SCRIPT FLUSH, restart): send the
-                    # source. Later requests may run first: only it is delayed.
+                    # Flushed since (SCRIPT FLUSH): send the source; requests after it run first.
                     retry = (b"EVAL", script.source, *sent_args)
                     if self._transport is not None:
                         pending.append((callback, None, retry, time.monotonic()))

@@ -196,3 +196,36 @@ async def test_a_silent_connection_is_reset_once_its_oldest_request_waited_too_l
         assert "no reply for" in str(first)
         assert second == b"PONG"
         assert node._transport is not transport
+
+
+async def test_a_script_first_used_while_the_node_is_down_still_runs_in_order(
+    urls: list[str], name: str
+) -> None:
+    # A script's first use loads it on the node's connection, on the same ordered
+    # connection before its EVALSHA: a NOSCRIPT answer retried with EVAL would run after
+    # the requests written behind it (Node.call_script). First used while the node is
+    # down (its connects failing, requests failing fast), the script counted as loaded
+    # though its SCRIPT LOAD never went out; the next connection, to a server that had
+    # not got it (restarted empty), answered its EVALSHA with NOSCRIPT, and its retry ran
+    # after a request sent behind it (found by the simulation, seed 140737490355870: a
+    # failed pass-on's clean-up after the next turn-queue script).
+    loop = asyncio.get_running_loop()
+    script = Script(b"redis.call('set', KEYS[1], ARGV[1]) return 1 -- " + name.encode())
+    key = name.encode()
+    async with LockManager(urls[:1], restart_grace=0) as locks:
+        node = locks._engine.nodes[0]
+        assert isinstance(node, Node)
+        await node.connect()
+        node._reset(ConnectionError("down"))  # as if its connection was lost...
+        node._retry_at = time.monotonic() + 0.2  # ...and a reconnect then failed
+        failed: asyncio.Future[Any] = loop.create_future()
+        node.call_script(script, (b"1", key, b"early"), failed.set_result)
+        assert isinstance(await failed, Exception)  # nothing went out
+        await asyncio.sleep(0.25)  # the back-off is over: the next request reconnects
+        replies: list[asyncio.Future[Any]] = [loop.create_future() for _ in range(2)]
+        node.call_script(script, (b"1", key, b"first"), replies[0].set_result)
+        node.call((b"SET", key, b"second"), replies[1].set_result)
+        assert [await reply for reply in replies] == [1, b"OK"]
+        last: asyncio.Future[Any] = loop.create_future()
+        node.call((b"GET", key), last.set_result)
+        assert await last == b"second"  # the script ran first, as sent

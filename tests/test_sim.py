@@ -304,6 +304,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "watchdog-keeps-unread-replies",
         "watchdog-resets-silent-connection",
         "watchdog-times-from-the-write",
+        "script-first-used-while-down",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(
