@@ -16,6 +16,14 @@ from .faults import proxies
 from .faults.proxy import Mode
 
 
+async def _connected(manager: LockManager) -> Node:
+    """The manager's first node, connected."""
+    node = manager._engine.nodes[0]
+    assert isinstance(node, Node)
+    await node.connect()
+    return node
+
+
 def _count_writes(manager: LockManager) -> list[int]:
     """Count, per node, the writes to its connection from now on (a test's wiretap)."""
     counts = [0] * len(manager._engine.nodes)
@@ -116,9 +124,7 @@ async def test_a_loop_blocked_past_the_stall_timeout_keeps_a_healthy_connection(
     assert MIN_STALL_TIMEOUT < 1.5
     loop = asyncio.get_running_loop()
     async with LockManager(urls[:1], restart_grace=0) as locks:
-        node = locks._engine.nodes[0]
-        assert isinstance(node, Node)
-        await node.connect()
+        node = await _connected(locks)
         transport = node._transport
         replies: list[asyncio.Future[Any]] = [loop.create_future() for _ in range(2)]
         key = name.encode()
@@ -148,9 +154,7 @@ async def test_a_request_kept_in_the_write_buffer_through_a_block_is_timed_from_
     assert MIN_STALL_TIMEOUT < 1.5
     loop = asyncio.get_running_loop()
     async with LockManager(urls[:1], restart_grace=0) as locks:
-        node = locks._engine.nodes[0]
-        assert isinstance(node, Node)
-        await node.connect()
+        node = await _connected(locks)
         transport = node._transport
         replies: list[asyncio.Future[Any]] = [loop.create_future() for _ in range(3)]
         key = name.encode()
@@ -180,9 +184,7 @@ async def test_a_silent_connection_is_reset_once_its_oldest_request_waited_too_l
     # connection.
     loop = asyncio.get_running_loop()
     async with proxies(urls[:1]) as (proxy,), LockManager([proxy.url], restart_grace=0) as locks:
-        node = locks._engine.nodes[0]
-        assert isinstance(node, Node)
-        await node.connect()
+        node = await _connected(locks)
         transport = node._transport
         replies: list[asyncio.Future[Any]] = [loop.create_future() for _ in range(2)]
         proxy.mode = Mode.BLACKHOLE
@@ -213,9 +215,7 @@ async def test_a_script_first_used_while_the_node_is_down_still_runs_in_order(
     script = Script(b"redis.call('set', KEYS[1], ARGV[1]) return 1 -- " + name.encode())
     key = name.encode()
     async with LockManager(urls[:1], restart_grace=0) as locks:
-        node = locks._engine.nodes[0]
-        assert isinstance(node, Node)
-        await node.connect()
+        node = await _connected(locks)
         node._reset(ConnectionError("down"))  # as if its connection was lost...
         node._retry_at = time.monotonic() + 0.2  # ...and a reconnect then failed
         failed: asyncio.Future[Any] = loop.create_future()
