@@ -10,6 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from . import _turns
+from ._scripts import SHORTENED
 
 if TYPE_CHECKING:
     from ._handoff import Taker
@@ -94,6 +95,27 @@ class Queue:
         refusal just after our release woke it so: seed 70368841183464). The head then
         tries at the fallback, as the others do that hear ours (should it go unheard).
         """
+        self._wake_unless_given_way()
+
+    def heard(self, message: bytes) -> None:
+        """A message on our channels, but ``NOT_FREE``: a release's, or a shortening's."""
+        if message == SHORTENED:
+            self.shortened()
+        elif self.entry is None or self.entry.heard(message):
+            self.wake.set()
+
+    def shortened(self) -> None:
+        """A shortening ``extend()`` was announced: the head tries again (learns the PTTL).
+
+        As for a missed release, not at once after a release of ours gave way: the
+        shortening heard then most likely came before our release (an ``extend()`` of
+        ours, heard on the pub/sub connection after our release went out on the other:
+        seed 140737492368453). The process named may have shortened it since: that
+        costs the head at most the fallback.
+        """
+        self._wake_unless_given_way()
+
+    def _wake_unless_given_way(self) -> None:
         if self.gave_way is None:
             self.wake.set()
         else:

@@ -47,7 +47,7 @@ from ._handoff import Line, Taker, attempt_as_head, others_in_line
 from ._keys import grant_channel, release_channel, turn_keys
 from ._pubsub import ClusterSubscriber, Listener, Subscriber
 from ._queue import POLL_INTERVAL, Queue, Streaks, listening
-from ._scripts import NOT_FREE, SHORTENED
+from ._scripts import NOT_FREE
 from ._turns import TAKEN_OUT, Turns
 from ._votes import Attempt, Votes
 
@@ -209,10 +209,8 @@ class Waiting:
 
     def _on_message(self, channel: bytes, message: bytes) -> None:
         queue = self._by_channel.get(channel)
-        if queue is None or message == NOT_FREE:
-            return
-        if message == SHORTENED or queue.entry is None or queue.entry.heard(message):
-            queue.wake.set()
+        if queue is not None and message != NOT_FREE:
+            queue.heard(message)
 
     def _on_reset(self) -> None:
         for queue in self._queues.values():  # (a release message may have been lost)

@@ -336,9 +336,9 @@ MUTANTS = [
     ),
     Mutant(
         "every waiting process tries on every release (turns ignored)",
-        "aiolock/_waiting.py",
-        "if message == SHORTENED or queue.entry is None or queue.entry.heard(message):",
-        "if message == SHORTENED or queue.entry is None or queue.entry.heard(message) or True:",
+        "aiolock/_queue.py",
+        "elif self.entry is None or self.entry.heard(message):",
+        "elif self.entry is None or self.entry.heard(message) or True:",
         ("tests/test_turns.py",),
     ),
     Mutant(
@@ -866,6 +866,18 @@ MUTANTS = [
         (
             "tests/test_turns.py::"
             "test_a_head_whose_subscription_is_confirmed_as_its_process_gives_way_does_not_try",
+        ),
+    ),
+    # The thirteenth session's fix (seed 140737492368453, no fault): a shortening of
+    # ours, heard only after our release had named another process, woke the head.
+    Mutant(
+        "a shortening heard after its process gave way wakes the head at once",
+        "aiolock/_queue.py",
+        "        if message == SHORTENED:\n            self.shortened()\n",
+        "        if message == SHORTENED:\n            self.wake.set()\n",
+        (
+            "tests/test_turns.py::"
+            "test_a_shortening_heard_after_its_process_gives_way_does_not_wake_the_head",
         ),
     ),
     Mutant(

@@ -278,7 +278,6 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "grant-of-used-offer-kept",
         "extend-finds-lock-gone",
         "late-confirmation-beats-named",
-        "stale-wake-beats-named",
         "writer-not-given-readers-keys",
         "renewal-extends-other-tokens",
         "renewal-chunks-at-once",
@@ -305,6 +304,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "watchdog-resets-silent-connection",
         "watchdog-times-from-the-write",
         "script-first-used-while-down",
+        "shortening-heard-after-giving-way",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

@@ -1113,6 +1113,54 @@ async def test_a_head_woken_before_its_process_gives_way_does_not_try_again_afte
         await head.release()
 
 
+@pytest.mark.usefixtures("naming_only")
+async def test_a_shortening_heard_after_its_process_gives_way_does_not_wake_the_head(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the simulation's streak rule (seed 140737492368453, no fault). A holder
+    # shortened its lock with extend() and released it at once, its release ending
+    # its process's streak (naming the other process). The nodes' announcement of the
+    # shortening reached the process only after its release had gone out (pub/sub is
+    # another connection): it woke the head, whose attempt followed the release on
+    # every connection and won. Its process held the name 8 times in a row. The
+    # shortening came before our release, and is stale after it.
+    monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", 0)  # each release gives way
+    monkeypatch.setattr(aiolock._turns, "FALLBACK", 30.0)  # nobody tries out of turn
+    async with LockManager(urls) as busy, LockManager(urls) as other:
+        holder = busy.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        named = other.lock(name, ttl=30, auto_renew=False)
+        named_waits = asyncio.create_task(named.acquire(timeout=20))
+        await in_line(clients, name, 1)
+        head = busy.lock(name, ttl=30, auto_renew=False)
+        head_waits = asyncio.create_task(head.acquire(timeout=20))
+        await in_line(clients, name, 2)
+        await asyncio.sleep(0.1)  # (its attempt after joining has failed: it sleeps)
+        # The process named hears its turn 0.5 s late: a head woken at our release
+        # wins (without the delay: a race).
+        _hears_late(other, 0.5)
+        held_back: list[tuple[bytes, bytes]] = []  # the busy process's shortenings
+
+        def holding(channel: bytes, message: bytes) -> None:
+            if message == aiolock._scripts.SHORTENED:
+                held_back.append((channel, message))
+            else:
+                on_busy(channel, message)
+
+        on_busy = _intercept(busy, holding)
+        await holder.extend(20)  # announced: the head would learn the new PTTL
+        while len(held_back) < 3:  # (it listens on 3 nodes of 5: n - quorum + 1)
+            await asyncio.sleep(0.001)
+        await holder.release()  # names the other process
+        for message in held_back:  # and the shortening is heard only now
+            on_busy(*message)
+        # The process named takes the lock (on the old code the head took it at once).
+        await _named_first(named_waits, head_waits, "the head took the lock first")
+        await named.release()
+        assert await asyncio.wait_for(head_waits, 20)
+        await head.release()
+
+
 async def test_a_head_holding_back_that_a_release_of_ours_hands_the_lock_sends_nothing_of_its_own(
     urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
