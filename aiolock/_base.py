@@ -23,7 +23,7 @@ import anyio
 
 from ._checks import check_timeout, shown
 from ._errors import LockError, LockLost, LockNotOwned, LockTimeout
-from ._waiting import Outcome
+from ._votes import Outcome
 
 if TYPE_CHECKING:
     from ._engine import Engine

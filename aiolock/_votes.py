@@ -8,6 +8,7 @@ failed. (``_batch.py`` does the same for a renewal batch, lock by lock.)
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -21,16 +22,21 @@ __all__ = [
     "DRIFT_FLOOR",
     "Attempt",
     "NodeLike",
+    "Outcome",
     "Votes",
     "WriteTimer",
     "drift",
     "milliseconds",
     "quorum_size",
+    "split_pause",
     "wait_decided",
 ]
 
 #: The constant part of the clock-drift allowance, in seconds (2 ms).
 DRIFT_FLOOR: Final = 0.002
+#: After a split vote, a waiter pauses up to this many times its attempt's duration
+#: (see split_pause).
+SPLIT_PAUSE: Final = 2.0
 
 _PENDING: Final[Any] = object()
 
@@ -190,6 +196,18 @@ class Votes:
                 self.record(i, TimeoutError(f"{names[i]}: no reply within {timeout:g}s"))
 
 
+class Outcome(Protocol):
+    """What waiting needs of an attempt (a quorum Attempt, or a semaphore's)."""
+
+    @property
+    def expires_at(self) -> float | None: ...
+
+    @property
+    def outage(self) -> bool: ...
+
+    def holder_ttl(self) -> float | None: ...
+
+
 @dataclass(slots=True)
 class Attempt:
     """The outcome of one acquire attempt."""
@@ -221,6 +239,14 @@ class Attempt:
     def outage(self) -> bool:
         """Failing nodes alone made a quorum impossible."""
         return self.votes.outage
+
+    @property
+    def split(self) -> bool:
+        """Whether the attempt failed and split the vote: its clean-up woke every waiter.
+
+        It took the key somewhere, and no holder has a quorum (see Quorum.acquire).
+        """
+        return self.expires_at is None and bool(self.cleaned) and not self.votes.one_holder()
 
     def holder_ttl(self) -> float | None:
         """Seconds until the other holder's key expires on enough nodes, if known.
@@ -303,6 +329,23 @@ async def wait_decided(votes: _Awaited) -> None:
             except asyncio.CancelledError as exc:  # native asyncio cancellation
                 cancelled = exc
     raise cancelled
+
+
+def split_pause(outcome: object, took: float) -> float:
+    """How long a waiter pauses before it tries again after ``outcome`` (0: it need not).
+
+    An attempt that split the vote (:attr:`Attempt.split`) woke every waiter with its
+    clean-up, and so did its rivals': tried again at once, each would take the same
+    nodes first again (each nearer its own, as in the simulation's seed
+    140737491357076: three processes split three free nodes of five, a few thousand
+    scripts a second, for as long as a stale key held the other two). Redlock's remedy:
+    try again after a random pause, here up to :data:`SPLIT_PAUSE` times the attempt's
+    own duration ``took`` (its round trips, clean-up included), so that the first to
+    try again takes every free node before the others' attempts arrive.
+    """
+    if isinstance(outcome, Attempt) and outcome.split:
+        return random.uniform(0.0, SPLIT_PAUSE * took)
+    return 0.0
 
 
 def milliseconds(seconds: float) -> int:

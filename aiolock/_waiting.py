@@ -22,6 +22,8 @@ few hundred critical sections a second, each handoff tens of milliseconds. Inste
   the name's turn queue on the nodes, and a release names the process whose turn it
   is; the others do not try (see ``_turns.py``). Where it can, the release grants
   that process the lock outright, which then makes no attempt (see ``_grants.py``).
+* **After a split vote the head pauses** (random, up to twice its attempt's time)
+  before it tries again: its clean-up woke every waiter (see ``_votes.split_pause``).
 * **A lost message costs at most one ttl, never a hang**: the head also wakes when
   the holder's key would expire (its PTTL, from the failed attempt), when a pub/sub
   connection is lost, and at the caller's deadline.
@@ -49,7 +51,7 @@ from ._pubsub import ClusterSubscriber, Listener, Subscriber
 from ._queue import POLL_INTERVAL, Queue, Streaks, listening
 from ._scripts import NOT_FREE
 from ._turns import TAKEN_OUT, Turns
-from ._votes import Attempt, Votes
+from ._votes import Attempt, Outcome, Votes, split_pause
 
 __all__ = ["Outcome", "Waiting"]
 
@@ -57,18 +59,6 @@ __all__ = ["Outcome", "Waiting"]
 class _HasSpec(Protocol):
     @property
     def spec(self) -> Any: ...
-
-
-class Outcome(Protocol):
-    """What waiting needs of an attempt (a quorum Attempt, or a semaphore's)."""
-
-    @property
-    def expires_at(self) -> float | None: ...
-
-    @property
-    def outage(self) -> bool: ...
-
-    def holder_ttl(self) -> float | None: ...
 
 
 _A = TypeVar("_A", bound=Outcome)
@@ -288,9 +278,12 @@ class Waiting:
                         queue.gave_way = None
                         if queue.entry is not None and queue.polling():
                             queue.entry.withdraw()  # an offer made before the refusal
+                        began = self._clock()
                         result = await attempt_as_head(attempt, offer)
                         if offer is not None and self._grants is not None:
                             self._grants.tried(offer.token, result)  # (its clean-up)
+                        if pause := split_pause(result, self._clock() - began):
+                            await anyio.sleep(min(pause, max(0.0, deadline - self._clock())))
                     if result.expires_at is not None:
                         # (A lease's votes are no node's: its offer was taken nowhere.)
                         won = None

@@ -868,6 +868,15 @@ MUTANTS = [
             "test_a_head_whose_subscription_is_confirmed_as_its_process_gives_way_does_not_try",
         ),
     ),
+    # The thirteenth session's second fix (seed 140737491357076, stopped as busy): the
+    # waiters whose attempts split the vote tried again at once, and split it again.
+    Mutant(
+        "a waiter whose attempt split the vote tries again at once",
+        "aiolock/_votes.py",
+        "        return random.uniform(0.0, SPLIT_PAUSE * took)\n",
+        "        return 0.0\n",
+        ("tests/test_waiting.py::test_waiters_that_split_the_vote_back_off_and_one_of_them_wins",),
+    ),
     # The thirteenth session's fix (seed 140737492368453, no fault): a shortening of
     # ours, heard only after our release had named another process, woke the head.
     Mutant(

@@ -272,7 +272,6 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "attempt-loses-to-its-grant",
         "grant-nobody-hears",
         "turns-ignored",
-        "grants-undone-by-own-attempt",
         "offers-where-pubsub-refused",
         "head-holding-back-races-handoff",
         "grant-of-used-offer-kept",
@@ -303,8 +302,8 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "watchdog-keeps-unread-replies",
         "watchdog-resets-silent-connection",
         "watchdog-times-from-the-write",
-        "script-first-used-while-down",
         "shortening-heard-after-giving-way",
+        "split-vote-tried-again-at-once",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

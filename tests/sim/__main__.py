@@ -17,8 +17,10 @@ named mutant of tests/mutants.py in turn, replays the seeds kept as tests (what 
 suite replays on every run) and, if none fails, searches until the simulation kills it
 or the time is up; ``regressions`` replays the kept seeds and stops at the first that
 fails (``--first-for NAME``: the seeds kept for that named mutant first, as ``mutants``
-does); ``digests`` prints each seed's history digest, one per line (or each seed kept
-as a test, with the faults it keeps: ``--kept``); ``nox -s determinism`` compares them
+does; a kept seed whose run is stopped as busy, a livelock, fails too, as its replay
+does, though a search reports such seeds apart); ``digests`` prints each seed's
+history digest, one per line (or each seed kept as a test, with the faults it keeps:
+``--kept``); ``nox -s determinism`` compares them
 across Python versions.
 
 The history is the same, byte for byte, for the same seed: ``PYTHONHASHSEED`` is fixed
@@ -78,6 +80,9 @@ def _alarm(_signum: int, _frame: object) -> None:
     raise _Runaway
 
 
+#: What a kept seed's replay says when its run was stopped as busy (a livelock: see
+#: World.max_deliveries); a search reports such seeds apart.
+BUSY = "busy: the run was stopped as a livelock (too many messages)"
 #: Real seconds a schedule may take before the search reports it (normal: under 3 s).
 RUNAWAY_SECONDS = 60
 #: The address space a search worker may use (a schedule normally needs well under 1 GiB).
@@ -205,8 +210,8 @@ def regressions(first_for: str | None = None) -> int:
     for seed, keep in seeds:
         result = _guarded(seed, keep)
         shown = _shown(seed, keep)
-        if isinstance(result, str) or result.failed:
-            problems = [result] if isinstance(result, str) else result.violations
+        if isinstance(result, str) or result.failed or result.busy:
+            problems = [result] if isinstance(result, str) else result.violations or [BUSY]
             print(f"kept seed {shown} FAILED:")
             for problem in problems:
                 print("  ", problem.splitlines()[0])
@@ -312,7 +317,9 @@ def main(argv: list[str]) -> int:
             print(f"seed {args.seed}: FAILED, {played}")
             return 1
         _show(played, args.around)
-        return 1 if played.failed else 0
+        if played.busy:  # (a search reports it apart; a seed replayed fails on it)
+            print(f"VIOLATION {BUSY}")
+        return 1 if played.failed or played.busy else 0
     if args.command == "shrink":
         keep, result = shrink(args.seed)
         _show(result, 40)
