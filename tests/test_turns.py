@@ -55,6 +55,14 @@ def naming_only(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     return {**os.environ, "AIOLOCK_TEST_NO_OFFERS": "1"}
 
 
+@pytest.fixture
+def giving_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each release ends its process's streak (gives way), and nobody tries out of turn
+    (the fallback of 0.5 s made 30 s)."""
+    monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", 0)
+    monkeypatch.setattr(aiolock._turns, "FALLBACK", 30.0)
+
+
 @pytest.mark.usefixtures("naming_only")
 async def test_processes_take_turns_in_the_order_they_queued(
     urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
@@ -1010,9 +1018,9 @@ async def test_where_pubsub_is_refused_an_expired_holds_late_release_leaves_the_
         await head.release()
 
 
-@pytest.mark.usefixtures("naming_only")
+@pytest.mark.usefixtures("naming_only", "giving_way")
 async def test_a_head_whose_subscription_is_confirmed_as_its_process_gives_way_does_not_try(
-    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+    urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:
     # Found by the simulation's streak rule (seed 17592266044573, subscriptions held
     # back). A head whose subscription a node confirmed only after its first attempt
@@ -1020,8 +1028,6 @@ async def test_a_head_whose_subscription_is_confirmed_as_its_process_gives_way_d
     # came just as its process's release, at the streak's end, named the other
     # process: the head tried at once, its attempt followed the release on every
     # connection and won, and its process held the name 8 times in a row.
-    monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", 0)  # each release gives way
-    monkeypatch.setattr(aiolock._turns, "FALLBACK", 30.0)  # nobody tries out of turn
     async with (
         nemesis(urls) as net,
         LockManager(net.urls) as busy,
@@ -1051,9 +1057,9 @@ async def test_a_head_whose_subscription_is_confirmed_as_its_process_gives_way_d
         await head.release()
 
 
-@pytest.mark.usefixtures("naming_only")
+@pytest.mark.usefixtures("naming_only", "giving_way")
 async def test_a_head_woken_before_its_process_gives_way_does_not_try_again_after_it(
-    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+    urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:
     # Found by the simulation's streak rule (seed 17592286046564, no fault). A head's
     # attempt was under way when a second message woke it again (a shortening
@@ -1063,23 +1069,14 @@ async def test_a_head_woken_before_its_process_gives_way_does_not_try_again_afte
     # the head tried again at once, after our release on every connection, and won:
     # its process held the name 8 times in a row. Whatever woke it came before our
     # release, and is stale after it.
-    monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", 0)  # each release gives way
-    monkeypatch.setattr(aiolock._turns, "FALLBACK", 30.0)  # nobody tries out of turn
     channel = (key(name) + ":released").encode()
     async with (
         nemesis(urls) as net,
         LockManager(net.urls, node_timeout=2.0) as busy,
         LockManager(urls) as other,
     ):
-        holder = busy.lock(name, ttl=30, auto_renew=False)
-        assert await holder.acquire(timeout=0)
-        named = other.lock(name, ttl=30, auto_renew=False)
-        named_waits = asyncio.create_task(named.acquire(timeout=20))
-        await in_line(clients, name, 1)
-        head = busy.lock(name, ttl=30, auto_renew=False)
-        head_waits = asyncio.create_task(head.acquire(timeout=20))
-        await in_line(clients, name, 2)
-        await asyncio.sleep(0.1)  # (its attempt after joining has failed: it sleeps)
+        holder, line = await _holder_and_line(busy, other, clients, name)
+        _, named_waits, _, head_waits = line
         tries = _attempt_times(busy)
         # The process named hears its turn 0.5 s late: a head that tries again when its
         # attempt returns wins (without the delay: a race).
@@ -1108,14 +1105,12 @@ async def test_a_head_woken_before_its_process_gives_way_does_not_try_again_afte
         # again 0.3 s after our release).
         await _named_first(named_waits, head_waits, f"the head took it; its tries: {tries}")
         net.clear()
-        await named.release()
-        assert await asyncio.wait_for(head_waits, 20)
-        await head.release()
+        await _then_the_head(line)
 
 
-@pytest.mark.usefixtures("naming_only")
+@pytest.mark.usefixtures("naming_only", "giving_way")
 async def test_a_shortening_heard_after_its_process_gives_way_does_not_wake_the_head(
-    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+    urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:
     # Found by the simulation's streak rule (seed 140737492368453, no fault). A holder
     # shortened its lock with extend() and released it at once, its release ending
@@ -1124,18 +1119,9 @@ async def test_a_shortening_heard_after_its_process_gives_way_does_not_wake_the_
     # another connection): it woke the head, whose attempt followed the release on
     # every connection and won. Its process held the name 8 times in a row. The
     # shortening came before our release, and is stale after it.
-    monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", 0)  # each release gives way
-    monkeypatch.setattr(aiolock._turns, "FALLBACK", 30.0)  # nobody tries out of turn
     async with LockManager(urls) as busy, LockManager(urls) as other:
-        holder = busy.lock(name, ttl=30, auto_renew=False)
-        assert await holder.acquire(timeout=0)
-        named = other.lock(name, ttl=30, auto_renew=False)
-        named_waits = asyncio.create_task(named.acquire(timeout=20))
-        await in_line(clients, name, 1)
-        head = busy.lock(name, ttl=30, auto_renew=False)
-        head_waits = asyncio.create_task(head.acquire(timeout=20))
-        await in_line(clients, name, 2)
-        await asyncio.sleep(0.1)  # (its attempt after joining has failed: it sleeps)
+        holder, line = await _holder_and_line(busy, other, clients, name)
+        _, named_waits, _, head_waits = line
         # The process named hears its turn 0.5 s late: a head woken at our release
         # wins (without the delay: a race).
         _hears_late(other, 0.5)
@@ -1156,9 +1142,7 @@ async def test_a_shortening_heard_after_its_process_gives_way_does_not_wake_the_
             on_busy(*message)
         # The process named takes the lock (on the old code the head took it at once).
         await _named_first(named_waits, head_waits, "the head took the lock first")
-        await named.release()
-        assert await asyncio.wait_for(head_waits, 20)
-        await head.release()
+        await _then_the_head(line)
 
 
 async def test_a_head_holding_back_that_a_release_of_ours_hands_the_lock_sends_nothing_of_its_own(
@@ -1242,6 +1226,34 @@ async def _waiting_behind(
 def _grant_subscription(words: Any) -> bool:
     """A SUBSCRIBE to a process's grants (``<key>:turn:<member>``), for nemesis rules."""
     return words[0].upper() == b"SUBSCRIBE" and any(b":turn:" in w for w in words[1:])
+
+
+Line = tuple[aiolock.Lock, "asyncio.Task[bool]", aiolock.Lock, "asyncio.Task[bool]"]
+
+
+async def _holder_and_line(
+    busy: LockManager, other: LockManager, clients: list[redis.Redis], name: str
+) -> tuple[aiolock.Lock, Line]:
+    """``busy`` holds ``name``; ``other``'s waiter is first in line, ``busy``'s head
+    second, its attempt failed: the holder, and (named, its wait, head, its wait)."""
+    holder = busy.lock(name, ttl=30, auto_renew=False)
+    assert await holder.acquire(timeout=0)
+    named = other.lock(name, ttl=30, auto_renew=False)
+    named_waits = asyncio.create_task(named.acquire(timeout=20))
+    await in_line(clients, name, 1)
+    head = busy.lock(name, ttl=30, auto_renew=False)
+    head_waits = asyncio.create_task(head.acquire(timeout=20))
+    await in_line(clients, name, 2)
+    await asyncio.sleep(0.1)  # (its attempt after joining has failed: it sleeps)
+    return holder, (named, named_waits, head, head_waits)
+
+
+async def _then_the_head(line: Line) -> None:
+    """The process named, holding the lock, releases it; the head then takes it."""
+    named, _, head, head_waits = line
+    await named.release()
+    assert await asyncio.wait_for(head_waits, 20)
+    await head.release()
 
 
 def _hears_late(manager: LockManager, seconds: float) -> None:
