@@ -98,22 +98,18 @@ class Queue:
         self._wake_unless_given_way()
 
     def heard(self, message: bytes) -> None:
-        """A message on our channels, but ``NOT_FREE``: a release's, or a shortening's."""
+        """A message on our channels, but ``NOT_FREE``: a release's, or a shortening's.
+
+        A shortening ``extend()`` wakes the head to learn the new PTTL; as for a missed
+        release, not at once after a release of ours gave way: heard then, it most
+        likely came before our release (an ``extend()`` of ours, heard on the pub/sub
+        connection after our release went out on the other: seed 140737492368453). The
+        process named may have shortened it since: that costs the head the fallback.
+        """
         if message == SHORTENED:
-            self.shortened()
+            self._wake_unless_given_way()
         elif self.entry is None or self.entry.heard(message):
             self.wake.set()
-
-    def shortened(self) -> None:
-        """A shortening ``extend()`` was announced: the head tries again (learns the PTTL).
-
-        As for a missed release, not at once after a release of ours gave way: the
-        shortening heard then most likely came before our release (an ``extend()`` of
-        ours, heard on the pub/sub connection after our release went out on the other:
-        seed 140737492368453). The process named may have shortened it since: that
-        costs the head at most the fallback.
-        """
-        self._wake_unless_given_way()
 
     def _wake_unless_given_way(self) -> None:
         if self.gave_way is None:

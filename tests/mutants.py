@@ -882,7 +882,7 @@ MUTANTS = [
     Mutant(
         "a shortening heard after its process gave way wakes the head at once",
         "aiolock/_queue.py",
-        "        if message == SHORTENED:\n            self.shortened()\n",
+        "        if message == SHORTENED:\n            self._wake_unless_given_way()\n",
         "        if message == SHORTENED:\n            self.wake.set()\n",
         (
             "tests/test_turns.py::"
