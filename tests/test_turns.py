@@ -1078,9 +1078,9 @@ async def test_a_head_woken_before_its_process_gives_way_does_not_try_again_afte
         holder, line = await _holder_and_line(busy, other, clients, name)
         _, named_waits, _, head_waits = line
         tries = _attempt_times(busy)
-        # The process named hears its turn 0.5 s late: a head that tries again when its
+        # The process named hears its turn 1 s late: a head that tries again when its
         # attempt returns wins (without the delay: a race).
-        _hears_late(other, 0.5)
+        _hears_late(other, 1.0)
         heard: list[bytes] = []  # what the busy process heard
 
         def noted(channel: bytes, message: bytes) -> None:
