@@ -253,6 +253,15 @@ class Liveness:
                 entries += 1
         return entries >= len(world.nodes) // 2 + 1
 
+    def taken(self, name: str, process: int) -> None:
+        """``process`` acquired the lock ``name`` (its manager's event), a body to follow
+        or not: a ``lock_many`` that took it, then timed out on another name, let it go
+        unheld (seed 281474982719307: the streak of the process that held it before and
+        after, read as one of 8). Another process's streak ends there."""
+        who, _ = self.streaks.get(name, (process, 0))
+        if who != process:
+            self.given_back(name)
+
     def given_back(self, name: str) -> None:
         """A grant of ``name`` was given back (or a new streak begins): counted again."""
         self.streaks.pop(name, None)

@@ -1180,6 +1180,8 @@ async def run_processes(world: World, cfg: Config, rec: Recorder, seed: int) -> 
         def on_event(event: LockEvent) -> None:
             error = f" {event.error}" if event.error is not None else ""
             rec.event(f"p{p}", f"event {event.kind} {event.name} {event.seconds:.4f}{error}")
+            if event.kind == "acquired":
+                rec.live.taken(event.name, p)
 
         nodes: list[Any] = list(world.urls)
         if world.cluster:  # (each a cluster of one master: see world.CLUSTER_FROM)
