@@ -12,7 +12,13 @@ REGRESSIONS: list[tuple[int, list[int] | None, str]] = [
     (41, None, "a failed semaphore try wrote the index without a ttl (fixed)"),
     (1226, [0, 1, 2], "checker: a step woke in the instant the loss was noted"),
     (1839, None, "checker: a body cancelled inside a shielded extend()"),
-    (64, None, "checker: stalls back to back delay a tell"),
+    # Kept for the checker's stall window counted from the last step. No kept seed
+    # reaches that case any more (with the old window every one passes, and 3,079
+    # schedules from 2**47 and 5,270 focused on stalls found none); this one stays for
+    # its schedule, and kills three named mutants. Its last fault (a sever at 3.94 s)
+    # is left out: with it, two events of one instant come in another order on 3.12
+    # and 3.13 than on 3.11 (below 2**35, asyncio's batches; testing.md, Determinism).
+    (64, list(range(15)), "checker: stalls back to back delay a tell"),
     (11903222, [0, 1, 2, 3, 4], "checker: acquired with less than the guard left, told at once"),
     (6406101, [2, 4], "a lock_many release cancelled midway left a name held (fixed)"),
     (7, None, "once a livelock of split attempts (stopped as busy), before the schedules shrank"),
