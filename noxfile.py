@@ -210,8 +210,9 @@ def determinism(session: nox.Session) -> None:
     stalls); 100 from 2**41 (a focus on lag); 100 from 2**42 (a process dies); 100
     from 2**43 (extend() deadlines shorter than a round trip); 100 from 2**44
     (subscriptions held back); 100 from 2**45 (the renewal in small chunks); 100
-    from 2**46 (each node a cluster of one master); 100 from 2**47, where the search
-    starts (sockets the watchdog polls, connections gone silent); every
+    from 2**46 (each node a cluster of one master); 100 from 2**47 (sockets the
+    watchdog polls, connections gone silent); 100 from 2**48, where the search starts
+    (pub/sub connections dropped in runs the liveness rules judge); every
     seed kept as a test, with the faults it keeps) and writes their digests under
     .nox/sim-digests/, keyed by a hash of the library's and the simulation's
     sources; each compares its digests with those any other Python wrote for the
@@ -240,6 +241,7 @@ def determinism(session: nox.Session) -> None:
         session.run(*sim, "--first", str(2**45), "--count", "100", silent=True),
         session.run(*sim, "--first", str(2**46), "--count", "100", silent=True),
         session.run(*sim, "--first", str(2**47), "--count", "100", silent=True),
+        session.run(*sim, "--first", str(2**48), "--count", "100", silent=True),
         session.run(*sim, "--kept", silent=True),
     ]
     if not all(isinstance(out, str) for out in runs):

@@ -317,11 +317,13 @@ class Liveness:
                     return
 
     def _faults(self) -> str:
-        """The faults of the run, as a violation names them (none but deaths and late
-        subscriptions)."""
+        """The faults of the run, as a violation names them (none but deaths, late
+        subscriptions and dropped pub/sub connections)."""
         late = any(fault.kind == "subscribe" for fault in self.world.faults)
+        dropped = any(fault.kind == "drop" for fault in self.world.faults)
         but = [f"the death of {', '.join(f'p{p}' for p in sorted(self.world.dead))}"]
         but = (but if self.world.dead else []) + (["late subscriptions"] if late else [])
+        but += ["dropped pub/sub connections"] if dropped else []
         return f"no fault but {' and '.join(but)}" if but else "no fault"
 
     def _left_by_the_dead(self, name: str) -> bool:

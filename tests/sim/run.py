@@ -45,6 +45,7 @@ from .workload import FOCI_BLOCK, NODE_TIMEOUT, Config, Recorder, make_config, r
 from .world import (
     CHUNKS_FROM,
     CLUSTER_FROM,
+    DROP_FROM,
     EPOCH,
     LIVE_FROM,
     MODELS_FROM,
@@ -58,6 +59,7 @@ from .world import (
     World,
     current_process,
     only_late_subscriptions,
+    quiet,
     virtual_process,
 )
 
@@ -102,9 +104,9 @@ MEMORIES = {
 def make_memories(seed: int, faults: list[Fault]) -> dict[str, int]:
     """The sizes of the library's bounded memories in ``seed``'s schedule (empty: real);
     ``faults``: the schedule's, all of them (from LIVE_FROM on, a schedule without
-    faults, or with late subscriptions only, keeps the real sizes: the liveness rules
-    apply there)."""
-    if seed < LATE_FROM or (seed >= LIVE_FROM and only_late_subscriptions(faults)):
+    faults, or with late subscriptions or dropped pub/sub connections only, keeps the
+    real sizes: the liveness rules apply there)."""
+    if seed < LATE_FROM or (seed >= LIVE_FROM and quiet(faults)):
         return {}
     rng = random.Random(f"memories-{seed}")
     if rng.random() < 0.5:
@@ -321,6 +323,27 @@ def late_subscriptions(rng: random.Random, cfg: Config) -> list[Fault]:
     )
 
 
+def dropped_subscriptions(rng: random.Random, cfg: Config) -> list[Fault]:
+    """The faults of a quarter of the schedules drawn without any, from DROP_FROM on:
+    1 to 8 resets of a process's pub/sub connection to a node (or every process's, or
+    to every node), the messages in flight to it lost, half of them as the process's
+    next release runs (see world.DROP_FROM)."""
+    return sorted(
+        (
+            Fault(
+                rng.uniform(0.0, cfg.seconds),
+                "drop",
+                rng.choice((-1, rng.randrange(cfg.nodes))),  # (-1: on every node)
+                rng.choice((-1, *range(cfg.processes))),
+                flag=rng.random() < 0.5,
+                rank=rng.randrange(2),
+            )
+            for _ in range(rng.randint(1, 8))
+        ),
+        key=lambda f: f.at,
+    )
+
+
 def make_faults(seed: int, cfg: Config) -> list[Fault]:
     """The faults of a schedule, in time order."""
     faults = _make_faults(seed, cfg)
@@ -330,6 +353,10 @@ def make_faults(seed: int, cfg: Config) -> list[Fault]:
         late = random.Random(f"subscribe-{seed}")
         if late.random() < 0.5:
             return late_subscriptions(late, cfg)
+        if seed >= DROP_FROM:
+            drops = random.Random(f"drop-{seed}")
+            if drops.random() < 0.5:
+                return dropped_subscriptions(drops, cfg)
     return faults
 
 
@@ -484,7 +511,7 @@ class Result:
 def shape(seed: int) -> set[str]:
     """What ``seed``'s run is, as tags a search may ask for (``search --where``):
     ``focus=<name>``, ``pubsub_refused``, ``out_of_line``, ``no_fault``, ``late_subscriptions``,
-    ``chunks``, ``nodes=<n>``, ``cluster``. Drawn as the run draws them, without
+    ``drops``, ``chunks``, ``nodes=<n>``, ``cluster``. Drawn as the run draws them, without
     playing it."""
     cfg = make_config(seed)
     faults = make_faults(seed, cfg)
@@ -495,6 +522,7 @@ def shape(seed: int) -> set[str]:
     tags |= {"out_of_line"} if cfg.out_of_line else set()
     tags |= {"no_fault"} if not faults else set()
     tags |= {"late_subscriptions"} if faults and only_late_subscriptions(faults) else set()
+    tags |= {"drops"} if any(fault.kind == "drop" for fault in faults) else set()
     tags |= {"chunks"} if make_chunks(seed) else set()
     return tags
 
@@ -610,14 +638,10 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         *rec.orphaned,
         *rec.live.problems,
         *rec.resting,
-        *(
-            lost_without_a_fault(rec.holdings, rec.counts)
-            if rec.live.on and only_late_subscriptions(faults)
-            else []
-        ),
+        *(lost_without_a_fault(rec.holdings, rec.counts) if rec.live.on and quiet(faults) else []),
         *(
             writers_first(rec.holdings, rec.writes, rec.released, late=bool(faults))
-            if rec.live.on and only_late_subscriptions(faults)
+            if rec.live.on and quiet(faults)
             else []
         ),
         *(
@@ -642,7 +666,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         # (Without faults only: a connection that was down, or whose writes were held
         # back, sends what queued meanwhile at one instant, two batches' chunks among
         # it: seed 35184382090313, a pause and a stall.)
-        *(world.wire if only_late_subscriptions(faults) else []),
+        *(world.wire if quiet(faults) else []),
         *world.promises,
     ]
     for problem in violations:

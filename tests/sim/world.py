@@ -168,6 +168,18 @@ STEP_STALL_FROM = 2**46
 #: unfocused runs), and runs focused on blocks have long ones in half their runs
 #: (``Config.long_blocks``). The search starts here.
 SOCKETS_FROM = 2**47
+#: Seeds from here on give a quarter of the schedules that draw no fault "drop" faults
+#: instead (run.dropped_subscriptions, from a stream of its own; the late subscriptions'
+#: half stands): a process's pub/sub connection to a node (or every process's) is
+#: reset, the messages in flight to it lost, its subscriptions sent meanwhile run or
+#: not. The library makes up for it (``Waiting``: a waiter whose connection dropped
+#: tries again, as for a release it may have missed; but not at once after a release
+#: of ours named another process, which goes first), so nothing excuses a wait there:
+#: the liveness rules judge those runs too (live.py). Half the drops strike as the
+#: process's next release runs on a node (``Fault.rank``): what a head does when its
+#: connection drops just after a release of its process ended a streak, where it
+#: must hold back.
+DROP_FROM = 2**48
 #: The simulated sockets' file descriptors start here (far above any real one).
 SOCKET_FDS = 1 << 24
 #: The stall watchdog's time in the runs (``aiolock._node``: 20 x node_timeout is less):
@@ -790,6 +802,14 @@ class SimNode:
                 f"{command[3].decode()} that found it expired, and announced nothing, at "
                 f"{self.world.now:.6f}"
             )
+        if sha == RELEASE_TURN_SCRIPT.sha and self.world.at_release:
+            for fault in self.world.at_release:
+                # The releasing process's pub/sub connections drop as the release runs
+                # (armed until one is there), or every process's (-1): each hears of it
+                # as it would have heard the release.
+                if fault.process in (-1, link.process) and self.world.drop(fault, fault.process):
+                    self.world.at_release.remove(fault)
+                    break
         if sha == RENEWAL_BATCH and isinstance(reply, list):
             count = int(command[2])
             tokens = command[3 + count :: 2]
@@ -953,16 +973,16 @@ class Fault:
 
     at: float
     kind: str  # delay, slow, late, sever, pause, restart, failover, pubsub, stall, jump,
-    # lag, die, subscribe
+    # lag, die, subscribe, drop
     node: int = 0
     process: int = -1  # -1: every process
     seconds: float = 0.0  # how long it lasts
     scale: float = 0.0  # delay: the mean extra latency; pubsub, late: a chance; jump: s;
     # subscribe: the most a subscription is held back
-    flag: bool = False  # sever: in-flight applied (silent: drawn, unused); restart: new
+    flag: bool = False  # sever, drop: in-flight applied (silent: drawn, unused); restart: new
     # run_id; delay: one link; stall: within a step
     rank: int = 0  # slow: which of the process's command connections (by age); stall
-    # within a step: after how many callbacks scheduled
+    # within a step: after how many callbacks scheduled; drop: 1 at the next release
 
     def __str__(self) -> str:
         extra = {
@@ -972,6 +992,8 @@ class Fault:
             f"{self.seconds:.3f}s mean +{self.scale * 1000:.1f}ms",
             "late": f"p{self.process} {self.seconds:.3f}s bursts held {self.scale:.2f}",
             "sever": f"n{self.node} p{self.process} {'applied' if self.flag else 'lost'}",
+            "drop": f"n{self.node if self.node >= 0 else '*'} p{self.process} pub/sub "
+            f"{'applied' if self.flag else 'lost'}{' at its next release' if self.rank else ''}",
             "silent": f"n{self.node} p{self.process} a command link",
             "pause": f"n{self.node} {self.seconds:.3f}s",
             "restart": f"n{self.node} down {self.seconds:.3f}s "
@@ -995,10 +1017,17 @@ def only_late_subscriptions(faults: Sequence[Fault]) -> bool:
     return all(fault.kind == "subscribe" for fault in faults)
 
 
+def quiet(faults: Sequence[Fault]) -> bool:
+    """Whether ``faults`` are none, or late subscriptions and dropped pub/sub
+    connections only (see DROP_FROM): the library makes up for them, and they touch no
+    command: a run without faults for the memories' sizes and the "kept held" rule."""
+    return all(fault.kind in ("subscribe", "drop") for fault in faults)
+
+
 def excusing(faults: Sequence[Fault]) -> bool:
-    """Whether ``faults`` excuse a wait or a loss (live.py): any but deaths and late
-    subscriptions, which the library makes up for."""
-    return any(fault.kind not in ("die", "subscribe") for fault in faults)
+    """Whether ``faults`` excuse a wait or a loss (live.py): any but deaths, late
+    subscriptions and dropped pub/sub connections, which the library makes up for."""
+    return any(fault.kind not in ("die", "subscribe", "drop") for fault in faults)
 
 
 @dataclass
@@ -1039,6 +1068,8 @@ class World:
         self.writers: dict[tuple[int, bytes], tuple[int, float]] = {}
         self._pubsub: list[Fault] = []
         self._subscribing: list[Fault] = []
+        #: Drops armed to strike at a release (see DROP_FROM and SimNode._execute).
+        self.at_release: list[Fault] = []
         self._late: list[Fault] = []
         #: The fate of the burst being sent now (see :meth:`_held_back`): (process,
         #: instant) and the extra latency per node it is held back on.
@@ -1290,6 +1321,10 @@ class World:
                 if fault.process in (-1, link.process):
                     link.sever(apply=fault.flag)
                     break
+        elif kind == "drop" and fault.rank:  # (from DROP_FROM on)
+            self.at_release.append(fault)
+        elif kind == "drop":
+            self.drop(fault, fault.process)
         elif kind == "silent":  # (from SOCKETS_FROM on)
             for link in list(node.sessions):
                 if fault.process in (-1, link.process) and not link.pubsub:
@@ -1312,6 +1347,21 @@ class World:
             self.stall(fault.seconds)
         else:  # pragma: no cover - a fault kind without its code
             raise ValueError(kind)
+
+    def drop(self, fault: Fault, process: int) -> bool:
+        """Reset ``process``'s pub/sub connections to ``fault``'s node (-1: to every
+        node; process -1: every process's); whether there was one."""
+        links = [
+            link
+            for link in self.links
+            if link.pubsub
+            and not link.dead
+            and process in (-1, link.process)
+            and fault.node in (-1, link.node.index)
+        ]
+        for link in links:
+            link.sever(apply=fault.flag)
+        return bool(links)
 
     def stall(self, seconds: float) -> None:
         """The clients' loop is blocked for ``seconds``: time passes, no client runs.
