@@ -272,7 +272,9 @@ class Entry:
         may be far. Our turn may have been used: a holder of ours kept the lock until
         it expired just before the other's fallback, and out of line, the next
         holder's handoffs found nobody else waiting (seed 35184372089874). A late or
-        repeated message costs one refresh of our entry; after we left, nothing.
+        repeated message costs one refresh of our entry; after we left, nothing. Also
+        called when a pub/sub connection of ours drops: a grant to us that no node
+        could tell us of takes us out without a word (Waiting._on_reset).
         """
         if self._refresh is not None:
             self._send_join()

@@ -203,8 +203,15 @@ class Waiting:
             queue.heard(message)
 
     def _on_reset(self) -> None:
+        """A pub/sub connection dropped (or refused us): a message may have been lost.
+
+        A release, or a grant to us: a node whose grant nobody heard takes it back and us
+        out of line, telling nobody (seed 281474983711000). Heads try; entries join again.
+        """
         for queue in self._queues.values():  # (a release message may have been lost)
             queue.missed_release()
+            if queue.entry is not None and not queue.polling():  # (or a grant to us)
+                queue.entry.taken_out()
 
     async def acquire(
         self,

@@ -320,8 +320,8 @@ MUTANTS = [
     Mutant(
         "a process taken out of line joins again only at its next refresh",
         "aiolock/_waiting.py",
-        "                queue.entry.taken_out()\n",
-        "                pass\n",
+        "                queue.entry.taken_out()\n            return\n",
+        "                pass\n            return\n",
         (
             "tests/test_turns.py::"
             "test_a_named_process_taken_out_of_line_as_its_lock_expired_joins_again_at_once",
@@ -920,6 +920,17 @@ MUTANTS = [
         (
             "tests/test_turns.py::"
             "test_where_pubsub_is_refused_an_expired_holds_late_release_leaves_the_turn_given",
+        ),
+    ),
+    # The fourteenth session's fix (seed 281474983711000, pub/sub connections dropped).
+    Mutant(
+        "a process whose pub/sub connection dropped joins the line again only at its refresh",
+        "aiolock/_waiting.py",
+        "            if queue.entry is not None and not queue.polling():  # (or a grant to us)\n"
+        "                queue.entry.taken_out()\n",
+        "",
+        (
+            "tests/test_turns.py::test_a_process_whose_pubsub_connections_drop_joins_the_line_again_at_once",
         ),
     ),
     # The tenth session's second fix (seed 70368944185082, nodes that are clusters).

@@ -29,7 +29,7 @@ pytest.importorskip("lupa")
 
 from tests.sim.kept import CAUGHT, REGRESSIONS
 from tests.sim.server import Error, Status, Store
-from tests.sim.world import SOCKETS_FROM
+from tests.sim.world import DROP_FROM
 
 ROOT = Path(__file__).resolve().parent.parent
 #: How many schedules every run of the suite searches (``nox -s sim`` searches on).
@@ -304,6 +304,8 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "watchdog-times-from-the-write",
         "shortening-heard-after-giving-way",
         "split-vote-tried-again-at-once",
+        "script-first-used-while-down",
+        "pubsub-drop-rejoins-at-refresh",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(
@@ -347,7 +349,7 @@ def test_named_mutants_are_caught_by_the_seeds_the_search_found(
 @pytest.mark.timeout(900)  # about 40 s each on 2 idle cores
 @pytest.mark.parametrize(
     "first",
-    [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), SOCKETS_FROM],
+    [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), DROP_FROM],
     ids=["first", "search"],
 )
 def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
@@ -360,7 +362,8 @@ def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
     process's death among them; extend() deadlines shorter than a round trip;
     subscriptions held back in runs the liveness rules judge; the renewal's batches in
     small chunks; each node a Redis Cluster of one master; sockets the stall watchdog
-    polls, blocks past it, connections gone silent): the search must find nothing."""
+    polls, blocks past it, connections gone silent; pub/sub connections dropped in runs
+    the liveness rules judge): the search must find nothing."""
     count = BUDGET // 2
     out = subprocess.run(
         [sys.executable, "-m", "tests.sim", "search", "--first", str(first), "--count", str(count)],

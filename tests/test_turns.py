@@ -36,6 +36,8 @@ import aiolock._scripts
 import aiolock._turns
 import aiolock._waiting
 from aiolock import LockManager
+from aiolock._keys import turn_keys
+from aiolock._turn_scripts import TURN_LEAVE
 from aiolock._waiting import LOCAL_STREAK
 from aiolock.testing import nemesis
 
@@ -1190,6 +1192,36 @@ async def test_a_head_holding_back_that_a_release_of_ours_hands_the_lock_sends_n
             await client.delete(key(name))
         net.clear()
         await head.release()
+
+
+async def test_a_process_whose_pubsub_connections_drop_joins_the_line_again_at_once(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the simulation (seed 281474983711000, pub/sub connections dropped): a
+    # release granted the lock to the other process as its pub/sub connections
+    # dropped. No node had its subscription any more: each gave the grant back and
+    # took that process out of line, telling nobody. Out of line until its entry's
+    # next refresh (0.5 s), it let the holder's process hand the lock to its own
+    # waiters 15 times in a row. A process that loses a pub/sub connection now joins
+    # again at its place at once (what it missed may have taken it out).
+    monkeypatch.setattr(aiolock._turns, "REFRESH", 30.0)  # no refresh during the test
+    monkeypatch.setattr(aiolock._turns, "ENTRY_TTL", 60.0)
+    async with LockManager(urls) as busy, LockManager(urls) as other:
+        holder = busy.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        waiter = other.lock(name, ttl=30, auto_renew=False)
+        waits = asyncio.create_task(waiter.acquire(timeout=20))
+        [member] = await in_line(clients, name, 1)
+        for client in clients:  # what an unheard grant does on each node
+            await client.eval(TURN_LEAVE, 3, *turn_keys(key(name).encode()), member)
+        await in_line(clients, name, 0)
+        for client in clients:
+            await client.client_kill_filter(_type="pubsub")
+        # Back at its place (on the old code, only at its next refresh).
+        assert await in_line(clients, name, 1) == [member]
+        await holder.release()
+        assert await asyncio.wait_for(waits, 20)
+        await waiter.release()
 
 
 @contextlib.asynccontextmanager
