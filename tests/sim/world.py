@@ -166,7 +166,7 @@ STEP_STALL_FROM = 2**46
 #: request that old was reset, though its replies had come; the real library keeps it.)
 #: And a command connection may go silent (a "silent" fault, in the swarm of kinds of
 #: unfocused runs), and runs focused on blocks have long ones in half their runs
-#: (``Config.long_blocks``). The search starts here.
+#: (``Config.long_blocks``). The search started here (twelfth and thirteenth sessions).
 SOCKETS_FROM = 2**47
 #: Seeds from here on give a quarter of the schedules that draw no fault "drop" faults
 #: instead (run.dropped_subscriptions, from a stream of its own; the late subscriptions'
@@ -178,7 +178,7 @@ SOCKETS_FROM = 2**47
 #: the liveness rules judge those runs too (live.py). Half the drops strike as the
 #: process's next release runs on a node (``Fault.rank``): what a head does when its
 #: connection drops just after a release of its process ended a streak, where it
-#: must hold back.
+#: must hold back. The search starts here.
 DROP_FROM = 2**48
 #: The simulated sockets' file descriptors start here (far above any real one).
 SOCKET_FDS = 1 << 24
