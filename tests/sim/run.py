@@ -14,7 +14,7 @@ import hashlib
 import logging
 import random
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from typing import Any
@@ -301,25 +301,35 @@ def chained_restarts(rng: random.Random, cfg: Config) -> list[Fault]:
     return faults
 
 
+def _pubsub_spells(
+    rng: random.Random, cfg: Config, kind: str, most: int, more: Callable[[], dict[str, Any]]
+) -> list[Fault]:
+    """1 to ``most`` faults of ``kind``, in time order, each on a process's pub/sub
+    connection to a node (or every process's, or to every node), with ``more()``'s
+    fields (drawn after the others)."""
+    return sorted(
+        (
+            Fault(
+                rng.uniform(0.0, cfg.seconds),
+                kind,
+                rng.choice((-1, rng.randrange(cfg.nodes))),  # (-1: on every node)
+                rng.choice((-1, *range(cfg.processes))),
+                **more(),
+            )
+            for _ in range(rng.randint(1, most))
+        ),
+        key=lambda f: f.at,
+    )
+
+
 def late_subscriptions(rng: random.Random, cfg: Config) -> list[Fault]:
     """The faults of a schedule drawn without any, half the time from
     SUBSCRIBE_LATE_FROM on: 1 to 4 spells in which a process's subscriptions (or every
     process's) to a node, or to every node, are held back up to 0.3 s (see
     world.SUBSCRIBE_LATE_FROM). A waiter listens on n - quorum + 1 nodes: it misses a
     release only when none of them has its subscription yet."""
-    return sorted(
-        (
-            Fault(
-                rng.uniform(0.0, cfg.seconds),
-                "subscribe",
-                rng.choice((-1, rng.randrange(cfg.nodes))),  # (-1: on every node)
-                rng.choice((-1, *range(cfg.processes))),
-                seconds=rng.uniform(0.5, 4.0),
-                scale=0.3,
-            )
-            for _ in range(rng.randint(1, 4))
-        ),
-        key=lambda f: f.at,
+    return _pubsub_spells(
+        rng, cfg, "subscribe", 4, lambda: {"seconds": rng.uniform(0.5, 4.0), "scale": 0.3}
     )
 
 
@@ -328,19 +338,8 @@ def dropped_subscriptions(rng: random.Random, cfg: Config) -> list[Fault]:
     1 to 8 resets of a process's pub/sub connection to a node (or every process's, or
     to every node), the messages in flight to it lost, half of them as the process's
     next release runs (see world.DROP_FROM)."""
-    return sorted(
-        (
-            Fault(
-                rng.uniform(0.0, cfg.seconds),
-                "drop",
-                rng.choice((-1, rng.randrange(cfg.nodes))),  # (-1: on every node)
-                rng.choice((-1, *range(cfg.processes))),
-                flag=rng.random() < 0.5,
-                rank=rng.randrange(2),
-            )
-            for _ in range(rng.randint(1, 8))
-        ),
-        key=lambda f: f.at,
+    return _pubsub_spells(
+        rng, cfg, "drop", 8, lambda: {"flag": rng.random() < 0.5, "rank": rng.randrange(2)}
     )
 
 
