@@ -4,7 +4,9 @@ A release that a local waiter follows used to cost a release and an acquire on e
 node (10 scripts on 5 nodes). When the head of the local queue sleeps (it offers a
 :class:`~aiolock._waiting.Taker`), the release is instead ``PASS_ON`` on every node:
 compare the old token, set the waiter's with a fresh ttl, advance the fencing counter
-as an acquire does. Nothing is published: the lock is not free for other processes.
+as an acquire does. Nothing is published: the lock is not free for other processes;
+unless the waiter's ttl is shorter than the key had left, which is announced as a
+shortening ``extend()`` is (``SHORTENED``: other processes' waiters learn the new PTTL).
 
 - The waiter's validity counts from the moment the handoff was sent, as an acquire's.
 - A handoff that does not win a quorum is cleaned up on every node that may hold either

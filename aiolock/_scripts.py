@@ -134,7 +134,8 @@ return 1
 #: processes, who then do not try: it goes to a waiter of the releasing process (see
 #: _waiting.py), or it was the clean-up of a lost race, whose winner holds the lock.
 NOT_FREE = b"l"
-#: The message of an ``EXTEND`` that shortened the lock: the waiters of every process
+#: The message of an ``EXTEND`` that shortened the lock, or of a ``PASS_ON`` or a
+#: ``HANDOVER`` to a shorter ttl than the key had left: the waiters of every process
 #: try again, and so learn when it now expires (the lock is held: nobody's turn is
 #: used, nobody is named).
 SHORTENED = b"s"
@@ -186,9 +187,13 @@ return {redis.call('pttl', KEYS[1]), holder, redis.call('get', KEYS[2])}
 # returns 1 when the key held ARGV[1] and now holds ARGV[2] for ARGV[3] ms, else 0.
 # A missing key is a failure (never re-created), and a ticket works once: after it, the
 # old token is no longer the key's. The fencing counter is left alone: the same
-# acquisition changes hands. `locks.attach()`.
+# acquisition changes hands. `locks.attach()`. A shorter time to live than the key had
+# left (after a longer extend()) is announced as a shortening EXTEND is (SHORTENED).
 HANDOVER = b"""\
 if redis.call('get', KEYS[1]) == ARGV[1] then
+    if redis.call('pttl', KEYS[1]) > tonumber(ARGV[3]) then
+        redis.call('publish', KEYS[1] .. ':released', 's')
+    end
     redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3])
     return 1
 end
@@ -214,7 +219,10 @@ return 0
 
 # The release that passes the lock to a waiter of the same process: one script per
 # node instead of a release and an acquire (see _handoff.py). Nothing is published:
-# the lock is not free for anyone else.
+# the lock is not free for anyone else; unless the waiter's ttl is shorter than the
+# key has left, which is announced as a shortening EXTEND is (SHORTENED): the waiters
+# of other processes sleep on the longer PTTL their attempts learnt, and the waiter's
+# lock may expire unreleased (seed 281474996725057).
 # KEYS[1] lock key, KEYS[2] its fencing counter, KEYS[3] (optional) its turn queue
 # ARGV[1..4] as for ACQUIRE, for the waiter (its token, ttl, ...); ARGV[5] the old token
 # ARGV[6] how many fencing tokens to reserve above the waiter's, for the handoffs that
@@ -231,6 +239,9 @@ PASS_ON = (
     b"""\
 local holder = redis.call('get', KEYS[1])
 if holder == ARGV[5] then
+    if redis.call('pttl', KEYS[1]) > tonumber(ARGV[2]) then
+        redis.call('publish', KEYS[1] .. ':released', 's')
+    end
     redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
 """
     + FENCE

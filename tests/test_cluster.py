@@ -307,6 +307,38 @@ async def test_exclusion_and_pubsub_wakeup_between_managers(
         await other_client.aclose()
 
 
+async def test_a_handoff_to_a_shorter_ttl_is_announced_on_sharded_pubsub(
+    cluster: Cluster, cluster_client: Any, name: str
+) -> None:
+    # Found by the simulation on clusters (seed 281474996725057, no fault): a handoff
+    # within a process to a task with a shorter ttl announced nothing, that task's lock
+    # expired in its body, and a waiter of another process slept on the PTTL it had
+    # learnt before (no turn queue on a cluster: nothing else wakes it).
+    other_client = cluster.client()
+    try:
+        async with (
+            aiolock.LockManager([cluster_client]) as holder_side,
+            aiolock.LockManager([other_client]) as waiter_side,
+        ):
+            holder = holder_side.lock(name, ttl=30, auto_renew=False)
+            assert await holder.acquire(timeout=0)
+            waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
+            waits = asyncio.create_task(waiter.acquire(timeout=10))
+            taker = holder_side.lock(name, ttl=0.3, auto_renew=False)
+            takes = asyncio.create_task(taker.acquire(timeout=10))
+            await asyncio.sleep(0.3)  # (the waiter's attempt failed: it sleeps on 30 s)
+            assert not waits.done()
+            handed_on = time.monotonic()
+            await holder.release()  # within the process: the key lives 0.3 s now
+            assert await takes  # (and is never released: it expires)
+            # On the old code the waiter slept on the 30-s PTTL and timed out (10 s).
+            assert await asyncio.wait_for(waits, 20)
+            assert time.monotonic() - handed_on < 3
+            await waiter.release()
+    finally:
+        await other_client.aclose()
+
+
 async def test_a_cluster_is_one_vote_among_standalone_nodes(
     cluster: Cluster, cluster_client: Any, servers: Servers, name: str
 ) -> None:

@@ -246,3 +246,27 @@ async def test_a_fresh_manager_connects_before_it_attaches(
             await taken.release()
         finally:
             await worker.aclose()
+
+
+async def test_an_attach_that_shortens_the_lock_wakes_the_other_processes_waiters(
+    urls: list[str], name: str
+) -> None:
+    # attach() resets the key to the lock's ttl; after a longer extend() that shortens
+    # it. A waiter of another process sleeps on the PTTL its attempt read: were the
+    # attach not announced (as a shortening extend() is), a lock attached and left to
+    # expire would leave it asleep until that PTTL, the name free.
+    async with LockManager(urls) as web, LockManager(urls) as worker, LockManager(urls) as other:
+        lock = web.lock(name, ttl=0.5, auto_renew=False)
+        assert await lock.acquire()
+        await lock.extend(30)  # the key lives 30 s
+        waiter = other.lock(name, ttl=5, auto_renew=False)
+        waits = asyncio.create_task(waiter.acquire(timeout=10))
+        await asyncio.sleep(0.3)  # (its attempt failed: it sleeps on 30 s)
+        assert not waits.done()
+        taken = await worker.attach(lock.detach(), auto_renew=False)
+        attached = asyncio.get_running_loop().time()
+        assert taken.remaining() <= 0.5  # and never released: it expires
+        # On the old code the waiter slept on the 30-s PTTL and timed out (10 s).
+        assert await asyncio.wait_for(waits, 20)
+        assert asyncio.get_running_loop().time() - attached < 3
+        await waiter.release()

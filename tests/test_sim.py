@@ -296,7 +296,6 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "repair-counter-own-token",
         "refresh-keeps-old-offer",
         "expired-release-ends-streak",
-        "waiter-sleeps-to-longest-ttl",
         "extend-read-late-no-node-failed",
         "renewal-budget-for-the-batch",
         "watchdog-keeps-unread-replies",
@@ -306,6 +305,8 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "split-vote-tried-again-at-once",
         "script-first-used-while-down",
         "pubsub-drop-rejoins-at-refresh",
+        "handoff-to-shorter-ttl-announces-nothing",
+        "semaphore-body-not-cancelled-on-loss",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

@@ -520,6 +520,32 @@ async def test_a_lock_shortened_and_left_to_expire_wakes_the_other_processes_wai
         await waiter.release()
 
 
+async def test_a_lock_handed_on_shorter_and_left_to_expire_wakes_the_other_processes_waiters(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    # Found by the simulation's "idle" rule (tests/sim/live.py, seed 281474996725057, no
+    # fault, on clusters): a holder handed its lock on within its process (PASS_ON) to
+    # a task with a shorter ttl, after a waiter of another process had learnt the
+    # longer PTTL; that task's lock expired in its body. Nothing announced it, and the
+    # waiter slept until that PTTL, the lock free.
+    async with LockManager(urls) as holder_side, LockManager(urls) as waiter_side:
+        holder, waiter, waits = await _waiting_behind(
+            holder_side, waiter_side, clients, name, wait=10
+        )  # (its attempt failed: it sleeps until the PTTL)
+        taker = holder_side.lock(name, ttl=0.3, auto_renew=False)
+        takes = asyncio.create_task(taker.acquire(timeout=10))
+        await asyncio.sleep(0.1)  # (queued behind the holder, in its process)
+        handed_on = time.monotonic()
+        await holder.release()  # a handoff within the process: the key lives 0.3 s now
+        assert await takes
+        assert taker.fencing_token is not None  # (the taker holds it, and never releases)
+        # The waiter learns the shorter PTTL and takes the lock once it expired: not
+        # after the PTTL it had learnt (30 s), nor its timeout (10 s).
+        assert await asyncio.wait_for(waits, 20)
+        assert 0.3 <= time.monotonic() - handed_on < 0.3 + aiolock._turns.FALLBACK
+        await waiter.release()
+
+
 @pytest.mark.usefixtures("naming_only")
 async def test_a_process_that_leaves_in_its_turn_announces_the_lock_free(
     urls: list[str], clients: list[redis.Redis], name: str

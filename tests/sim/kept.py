@@ -8,6 +8,15 @@ from __future__ import annotations
 
 #: Seeds that once failed, replayed on every run: (seed, faults kept or None, why).
 REGRESSIONS: list[tuple[int, list[int] | None, str]] = [
+    # Found on main by the tenth session's 30-minute search (7,419 schedules; nodes
+    # that are clusters, focus death): a failed attempt read a rival's fresh key on one
+    # node of three, cleaned up just after, and the head slept its whole ttl while the
+    # name was free (fixed: it wakes when enough nodes are free for a quorum). It killed
+    # "a waiter sleeps to the longest ttl among the nodes that said held" until the
+    # fifteenth session's fix (a handoff to a shorter ttl announced) changed every
+    # cluster's scripts, and so the timing of every run of clusters from its start; not
+    # found again in 11,984 schedules (10,254 of them of clusters), 2,300 s of search.
+    (70368944185082, [0], "a waiter slept to a minority's longest ttl (fixed)"),
     (574, [0, 2], "grants undone by the head's own clean-up were counted (fixed)"),
     (41, None, "a failed semaphore try wrote the index without a ttl (fixed)"),
     (1226, [0, 1, 2], "checker: a step woke in the instant the loss was noted"),
@@ -185,15 +194,19 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # missed by the next table's 30 s from 2**36: kept, so that every table has them.
     # (37949490764 [1, 2] until a shortening EXTEND announced itself, which changed
     # its schedule; now the regression seed 549759013951, shrunk on that mutant: a
-    # handoff passed on a key another process held by then.)
-    ("handoff without comparing the old token", 549759013951, [1, 2, 5], "kept"),
+    # handoff passed on a key another process held by then. Found again after the
+    # fifteenth session's fix, a handoff to a shorter ttl announced, moved that
+    # schedule: 1,601 schedules from 549759013952, 386 s, shrunk to one fault.)
+    ("handoff without comparing the old token", 549759015552, [0], "kept"),
     # (38608921387 [1, 2, 3, 4] until the waiters' wake-ups changed, tenth session:
     # Attempt.holder_ttl; then the seed above, shrunk on this mutant, which leaves a
-    # failed handoff's token where its clean-up, loaded late, ran first.)
+    # failed handoff's token where its clean-up, loaded late, ran first; faults 2 and 5
+    # since the fifteenth session's fix, a handoff to a shorter ttl announced, moved
+    # the schedule of [2, 3, 5].)
     (
         "a script first used on a connection is not loaded before it",
         549759013951,
-        [2, 3, 5],
+        [2, 5],
         "clean-ups leave no token",
     ),
     ("a release cancelled during its handoff cancels the handoff", 36673097411, [0], "liveness"),
@@ -380,7 +393,10 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # From 2**43, focused on leases: two delays (n1's links 20 ms slower, 0.67 s long):
     # a PASS_ON's reserve was confirmed on fewer than a quorum, and a lease took its
     # token from it: at the lease's first step 2 of 3 counters were below its token.
-    ("a reserve made on fewer than a quorum is used", 8796093029356, [0, 2], "backed"),
+    # (Since the fifteenth session's fix, a handoff to a shorter ttl announced, which
+    # moved that schedule: a regression seed kept for another case, which has no fault
+    # but every node refusing pub/sub; 4 of 5 counters below the lease's token.)
+    ("a reserve made on fewer than a quorum is used", 549755934222, [], "backed"),
     # From 2**42, focused on turns, no fault: a holder shortened its 1.3-s lock to 0.46 s
     # and let it expire; a waiter of another process slept 0.64 s on the PTTL it had
     # learnt, the name free. Found on main (fixed: a shortening EXTEND announces itself).
@@ -397,8 +413,9 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # deleted the slot of another holder (one fault).
     ("semaphore release deletes another holder's slot", 17592226044416, [3], "exclusion"),
     # Subscriptions held back (two spells): the confirmation after the attempt did not wake
-    # the waiter, which slept while the lock stayed free.
-    ("a subscription confirmed late does not wake the waiter", 17592226044771, [0, 2], "idle"),
+    # the waiter, which slept while the lock stayed free (the first spell alone since
+    # the fifteenth session's fix, a handoff to a shorter ttl announced).
+    ("a subscription confirmed late does not wake the waiter", 17592226044771, [0], "idle"),
     # Two restarts far apart (the repair's seed): a failed try left the index bare.
     ("a failed semaphore try writes the index without a ttl", 1099511627802, [0, 1], "bare key"),
     # No fault: a head's own attempt, with the token granted to it, lost, and the grant
@@ -460,8 +477,9 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # Lost in the seventh session, found again by a search from 2**44 + 1.3e8 (24
     # schedules; one fault, a pause of n0 for 2.6 s): a renewal that extended another
     # token's key on a node counted it as ours, and the holder read 0.38 s left that a
-    # quorum did not keep.
-    ("renewal batch extends keys of other tokens", 17592316044439, [0], "kept"),
+    # quorum did not keep. (With fault 3 too since the fifteenth session's fix, a
+    # handoff to a shorter ttl announced, moved the schedule of fault 0 alone.)
+    ("renewal batch extends keys of other tokens", 17592316044439, [0, 3], "kept"),
     # The "one chunk" rule's first kill, in the 31st schedule from CHUNKS_FROM (its
     # renewal in chunks of one lock; shrunk to no fault): every chunk of a batch of
     # two, written at one instant on each node's ordered connection.
@@ -573,11 +591,12 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     ("repair overwrites another holder's key", 17592236046488, [1], "repairs take no key"),
     # "clean-ups leave no token" (tenth session) reads RELEASE_EITHER on the node: it
     # kills the mutant on a seed kept for another (a handoff that failed its quorum,
-    # the waiter's token left on a node by the clean-up).
+    # the waiter's token left on a node by the clean-up; with fault 3 too since the
+    # fifteenth session's fix, a handoff to a shorter ttl announced).
     (
         "a failed handoff's clean-up keeps the waiter's token",
         549759013951,
-        [1, 2, 5],
+        [1, 2, 3, 5],
         "clean-ups leave no token",
     ),
     # "repairs follow a won renewal" (tenth session) reads each repair as the client
@@ -629,16 +648,6 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "streak",
     ),
-    # Found on main by the tenth session's 30-minute search (7,419 schedules; nodes
-    # that are clusters, focus death): a failed attempt read a rival's fresh key on one
-    # node of three, cleaned up just after, and the head slept its whole ttl while the
-    # name was free (fixed: it wakes when enough nodes are free for a quorum).
-    (
-        "a waiter sleeps to the longest ttl among the nodes that said held",
-        70368944185082,
-        [0],
-        "idle",
-    ),
     # Found on main by the eleventh session's first 30-minute search (from 2**46 + 5e8,
     # 1,551 schedules, 102 s; focus block, its four blocks all needed): an extend() to
     # 0.449 s, a 0.477-s block as it went out; every node applied it, and it failed on
@@ -670,9 +679,12 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # error). And one command link gone silent (35 schedules, 9 s, unfocused; shrunk
     # from 12 faults to it): the mutant kept writing on it, 1.3 s after its first
     # write there; ours reset it at its next request after the watchdog's second.
+    # (The first found again after the fifteenth session's fix, a handoff to a shorter
+    # ttl announced, moved its schedule: 1,065 schedules from 140737488362378, 275 s,
+    # shrunk to one fault; an extend() failed on a quorum.)
     (
         "a loop blocked past the stall timeout resets a connection whose replies wait unread",
-        140737488362377,
+        140737488363442,
         [0],
         "lost under short blocks",
     ),
@@ -752,6 +764,23 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [0],
         "streak",
     ),
+    # Found on main by the 30-minute search from 2**48 + 2e7 (fourteenth session, 14,402
+    # schedules, 1,068 s; no fault, on clusters, where no turn queue wakes anyone): a
+    # waiter slept on the PTTL of a lock that its holder then handed on within its
+    # process (PASS_ON) to a task with a shorter ttl; that task's lock expired in its
+    # body, its release found it gone and sent nothing, and the name stayed free 0.661 s
+    # with the waiter asleep (fixed: such a handoff is announced as a shortening is).
+    (
+        "a handoff within a process to a shorter ttl announces nothing",
+        281474996725057,
+        [],
+        "idle",
+    ),
+    # Killed by the mutant table's kept seeds until the fix above moved their schedules;
+    # found again (fifteenth session, from 2**43 + 1e5, focused on semaphores: 3
+    # schedules, 0.7 s; shrunk to one fault): a slot's renewal failed, and its body
+    # found remaining() == 0 without being told.
+    ("semaphore body not cancelled on loss", 8796093122290, [10], "untold"),
 ]
 
 
