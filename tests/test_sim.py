@@ -29,7 +29,7 @@ pytest.importorskip("lupa")
 
 from tests.sim.kept import CAUGHT, REGRESSIONS
 from tests.sim.server import Error, Status, Store
-from tests.sim.world import DROP_FROM
+from tests.sim.world import ATTACH_FROM
 
 ROOT = Path(__file__).resolve().parent.parent
 #: How many schedules every run of the suite searches (``nox -s sim`` searches on).
@@ -350,7 +350,7 @@ def test_named_mutants_are_caught_by_the_seeds_the_search_found(
 @pytest.mark.timeout(900)  # about 40 s each on 2 idle cores
 @pytest.mark.parametrize(
     "first",
-    [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), DROP_FROM],
+    [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), ATTACH_FROM],
     ids=["first", "search"],
 )
 def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:

@@ -41,6 +41,7 @@ from aiolock import (
 
 from .live import FIRST_TRY, Liveness, at_rest
 from .world import (
+    ATTACH_FROM,
     BASE_LATENCY,
     DEATH_FROM,
     FOCUS_FROM,
@@ -59,6 +60,10 @@ from .world import (
 )
 
 NODE_TIMEOUT = 0.05
+#: From ATTACH_FROM on, how much longer than its ttl a handover extends its lock before
+#: it detaches it, in half the handovers (Worker.op_handover; the managers'
+#: ``restart_grace``, when a run sets it, covers the longest).
+ATTACH_LONGER = (2.0, 3.0)
 #: How often a body of a run focused on chains reads its lock, past its work, for the
 #: renewal it ends after (well within a lease's slack: 1 % of a ttl, 5 ms at least).
 CHASE_STEP = 0.002
@@ -229,6 +234,8 @@ def make_config(seed: int) -> Config:
         if more.random() < 0.5:
             longest = cfg.ttl if cfg.ttl is not None else 3.0
             cfg.grace = longest * (2 if {"extend", "manual"} & set(cfg.ops) else 1)
+            if seed >= ATTACH_FROM and "handover" in cfg.ops:
+                cfg.grace = longest * ATTACH_LONGER[1]  # (see Worker.op_handover)
         cfg.long = more.random() < 0.3
     if seed >= LIVE_FROM:
         cfg.nudge = random.Random(f"nudge-{seed}").choice((0.0, 0.2, 0.5))
@@ -713,6 +720,9 @@ class Worker:
         #: on): drawn apart, so that the workload's other draws stay as they were.
         self.limits = random.Random(f"limits-{seed}-{owner}")
         self.tight = seed >= TIGHT_FROM
+        #: From ATTACH_FROM on: whether a handover extends its lock longer before it
+        #: detaches it (Worker.op_handover), drawn apart as the limits are.
+        self.attaching = random.Random(f"attach-{seed}-{owner}") if seed >= ATTACH_FROM else None
         self.process = int(owner[1:].split("t", maxsplit=1)[0])
         self.serial = itertools.count()
         self.cancelled_in_extend = False
@@ -863,10 +873,16 @@ class Worker:
                 f"a quorum error names its failed nodes: {self.owner} at {self.now():.6f}: {error}"
             )
 
-    async def _extend(self, handle: Any, holds: list[Holding]) -> None:
-        factor = (
-            self.rng.uniform(0.2, 0.7) if self.rng.random() < 0.5 else self.rng.uniform(1.0, 2.0)
-        )
+    async def _extend(
+        self, handle: Any, holds: list[Holding], *, factor: float | None = None
+    ) -> None:
+        """``extend()`` by ``factor`` of the handle's ttl (drawn, if not given)."""
+        if factor is None:
+            factor = (
+                self.rng.uniform(0.2, 0.7)
+                if self.rng.random() < 0.5
+                else self.rng.uniform(1.0, 2.0)
+            )
         ttl = max(3 * NODE_TIMEOUT + 0.01, handle.ttl * factor)
         for h in holds:
             h.ttl = min(h.ttl, ttl)
@@ -1095,19 +1111,33 @@ class Worker:
             with contextlib.suppress(LockError):
                 await lock.release()
             raise
+        longer = self.attaching is not None and self.attaching.random() < 0.5
+        if self.attaching is not None and longer:
+            # Longer first: the attach then shortens the key (see world.ATTACH_FROM),
+            # and is not renewed: its body may outlive it by up to 2 ttls, the key
+            # left to expire before its release.
+            await self._extend(lock, [h], factor=self.attaching.uniform(*ATTACH_LONGER))
         token = key_token(lock, name)
         if token is not None:
             self.rec.tickets.add(token)
         ticket = lock.detach()
         self.rec.event(self.owner, "detached")
-        await asyncio.sleep(self.rng.uniform(0.0, 0.3) * lock.ttl)
-        again = self._mine(await self.locks.attach(ticket), name)  # (its own token)
+        pause = self.rng.uniform(0.0, 0.3) * lock.ttl
+        if self.attaching is not None and longer:
+            # Long enough, often, for a waiter that read the PTTL before the extend()
+            # to try again meanwhile, and sleep on the longer one.
+            pause = self.attaching.uniform(0.2, 1.2) * lock.ttl
+        await asyncio.sleep(pause)
+        again = self._mine(await self.locks.attach(ticket, auto_renew=not longer), name)
         self.rec.event(self.owner, f"attached token {again.fencing_token}")
         try:
-            await self._body(again, [h], self._work(1.0, again.ttl))
+            await self._body(again, [h], self._work(3.0 if longer else 1.0, again.ttl))
         finally:
-            with contextlib.suppress(LockNotOwned):
-                await again.release()
+            if longer:
+                await self._release(again)
+            else:
+                with contextlib.suppress(LockNotOwned):
+                    await again.release()
 
     async def op_sem(self, end: float) -> None:
         name = "s-" + self.rng.choice(self.cfg.names)

@@ -178,8 +178,14 @@ SOCKETS_FROM = 2**47
 #: the liveness rules judge those runs too (live.py). Half the drops strike as the
 #: process's next release runs on a node (``Fault.rank``): what a head does when its
 #: connection drops just after a release of its process ended a streak, where it
-#: must hold back. The search starts here.
+#: must hold back. The search started here (fourteenth session).
 DROP_FROM = 2**48
+#: Seeds from here on extend a lock to a longer ttl before they detach it in half
+#: their handovers (``Worker.op_handover``, drawn from a stream of its own): the
+#: ``attach()`` then resets the key to the lock's ttl, shortening it, which must be
+#: announced as a shortening ``extend()`` is (a waiter of another process sleeps on
+#: the longer PTTL it read). The search starts here.
+ATTACH_FROM = 2**49
 #: The simulated sockets' file descriptors start here (far above any real one).
 SOCKET_FDS = 1 << 24
 #: The stall watchdog's time in the runs (``aiolock._node``: 20 x node_timeout is less):
