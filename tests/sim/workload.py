@@ -1105,18 +1105,19 @@ class Worker:
         h = await self._take(lock, name, timeout)
         if h is None:
             return
+        longer = self.attaching is not None and self.attaching.random() < 0.5
         try:
             await self._body(lock, [h], self._work(0.5, lock.ttl))
+            if self.attaching is not None and longer:
+                # Longer first: the attach then shortens the key (see ATTACH_FROM), and
+                # is not renewed: its body may outlive it by up to 2 ttls, the key left
+                # to expire before its release. (Cancelled in it, the lock is released:
+                # seed 562949973431919 kept it held and renewed.)
+                await self._extend(lock, [h], factor=self.attaching.uniform(*ATTACH_LONGER))
         except BaseException:
             with contextlib.suppress(LockError):
                 await lock.release()
             raise
-        longer = self.attaching is not None and self.attaching.random() < 0.5
-        if self.attaching is not None and longer:
-            # Longer first: the attach then shortens the key (see world.ATTACH_FROM),
-            # and is not renewed: its body may outlive it by up to 2 ttls, the key
-            # left to expire before its release.
-            await self._extend(lock, [h], factor=self.attaching.uniform(*ATTACH_LONGER))
         token = key_token(lock, name)
         if token is not None:
             self.rec.tickets.add(token)
