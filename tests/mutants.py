@@ -718,7 +718,7 @@ MUTANTS = [
         "    end\n    return redis.call('pexpire'",
         (
             "tests/test_turns.py::"
-            "test_a_lock_shortened_and_left_to_expire_wakes_the_other_processes_waiters",
+            "test_a_lock_shortened_and_left_to_expire_wakes_the_other_processes_waiters[extend]",
         ),
     ),
     Mutant(
@@ -746,7 +746,7 @@ MUTANTS = [
         "    redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])",
         (
             "tests/test_turns.py::"
-            "test_a_lock_handed_on_shorter_and_left_to_expire_wakes_the_other_processes_waiters",
+            "test_a_lock_shortened_and_left_to_expire_wakes_the_other_processes_waiters[handed-on]",
         ),
     ),
     Mutant(

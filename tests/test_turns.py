@@ -499,50 +499,36 @@ async def test_a_release_that_finds_its_lock_expired_still_names_the_next_in_lin
         await waiter.release()
 
 
+@pytest.mark.parametrize("how", ["extend", "handed-on"])
 async def test_a_lock_shortened_and_left_to_expire_wakes_the_other_processes_waiters(
-    urls: list[str], clients: list[redis.Redis], name: str
+    urls: list[str], clients: list[redis.Redis], name: str, how: str
 ) -> None:
-    # Found by the simulation's "idle" rule (tests/sim/live.py, seed 4398046531387, no
-    # fault): a holder shortened its lock with extend() after a waiter of another
-    # process had learnt the longer PTTL, and let it expire without releasing it. No
-    # release announced it, and the waiter slept until that PTTL, the lock free.
+    # Found by the simulation's "idle" rule (tests/sim/live.py): a holder shortened its
+    # lock after a waiter of another process had learnt the longer PTTL, and the lock
+    # expired unreleased. No release announced it, and the waiter slept until that
+    # PTTL, the lock free. "extend": with extend() (seed 4398046531387, no fault);
+    # "handed-on": by a handoff within its process (PASS_ON) to a task with a shorter
+    # ttl, which never released it (seed 281474996725057, no fault, on clusters).
     async with LockManager(urls) as holder_side, LockManager(urls) as waiter_side:
         holder, waiter, waits = await _waiting_behind(
             holder_side, waiter_side, clients, name, wait=10
         )  # (its attempt failed: it sleeps until the PTTL)
-        shortened = time.monotonic()
-        await holder.extend(0.3)  # and never released: it expires
+        if how == "extend":
+            shortened = time.monotonic()
+            await holder.extend(0.3)  # and never released: it expires
+        else:
+            taker = holder_side.lock(name, ttl=0.3, auto_renew=False)
+            takes = asyncio.create_task(taker.acquire(timeout=10))
+            await asyncio.sleep(0.1)  # (queued behind the holder, in its process)
+            shortened = time.monotonic()
+            await holder.release()  # handed on within the process: the key lives 0.3 s
+            assert await takes
+            assert taker.fencing_token is not None  # (held, and never released)
         # The waiter learns the shorter PTTL and takes the lock once it expired: not
         # after the PTTL it had learnt (30 s), nor its timeout (10 s; on the old code
         # it returned False then).
         assert await asyncio.wait_for(waits, 20)
         assert 0.3 <= time.monotonic() - shortened < 0.3 + aiolock._turns.FALLBACK
-        await waiter.release()
-
-
-async def test_a_lock_handed_on_shorter_and_left_to_expire_wakes_the_other_processes_waiters(
-    urls: list[str], clients: list[redis.Redis], name: str
-) -> None:
-    # Found by the simulation's "idle" rule (tests/sim/live.py, seed 281474996725057, no
-    # fault, on clusters): a holder handed its lock on within its process (PASS_ON) to
-    # a task with a shorter ttl, after a waiter of another process had learnt the
-    # longer PTTL; that task's lock expired in its body. Nothing announced it, and the
-    # waiter slept until that PTTL, the lock free.
-    async with LockManager(urls) as holder_side, LockManager(urls) as waiter_side:
-        holder, waiter, waits = await _waiting_behind(
-            holder_side, waiter_side, clients, name, wait=10
-        )  # (its attempt failed: it sleeps until the PTTL)
-        taker = holder_side.lock(name, ttl=0.3, auto_renew=False)
-        takes = asyncio.create_task(taker.acquire(timeout=10))
-        await asyncio.sleep(0.1)  # (queued behind the holder, in its process)
-        handed_on = time.monotonic()
-        await holder.release()  # a handoff within the process: the key lives 0.3 s now
-        assert await takes
-        assert taker.fencing_token is not None  # (the taker holds it, and never releases)
-        # The waiter learns the shorter PTTL and takes the lock once it expired: not
-        # after the PTTL it had learnt (30 s), nor its timeout (10 s).
-        assert await asyncio.wait_for(waits, 20)
-        assert 0.3 <= time.monotonic() - handed_on < 0.3 + aiolock._turns.FALLBACK
         await waiter.release()
 
 
