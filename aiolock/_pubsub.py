@@ -55,6 +55,8 @@ class Listener(Protocol):
 
     def subscribe(self, channel: bytes) -> asyncio.Future[None]: ...
 
+    def confirmation(self, channel: bytes) -> asyncio.Future[None] | None: ...
+
     def unsubscribe(self, channel: bytes) -> None: ...
 
     async def aclose(self) -> None: ...
@@ -158,6 +160,19 @@ class Subscriber(ReplyReader):
             confirmed.set_result(None)  # already confirmed
         else:
             waiting.append(confirmed)
+        return confirmed
+
+    def confirmation(self, channel: bytes) -> asyncio.Future[None] | None:
+        """A future done once the node confirms our subscription to ``channel``.
+
+        Asked for again on a new connection, after a reset. None: confirmed already,
+        or not subscribed.
+        """
+        waiting = self._channels.get(channel)
+        if not waiting:
+            return None
+        confirmed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiting.append(confirmed)
         return confirmed
 
     def unsubscribe(self, channel: bytes) -> None:
@@ -284,6 +299,13 @@ class Subscriber(ReplyReader):
 
     def _reset(self) -> None:
         self._detach()
+        # Every channel is asked for again on the next connection: not confirmed until
+        # then (see confirmation). Nobody awaits these futures; they are confirmed,
+        # or cancelled with their channel.
+        loop = asyncio.get_running_loop()
+        for waiting in self._channels.values():
+            if not waiting:
+                waiting.append(loop.create_future())
         # Messages may have been lost while the connection was going down.
         self._on_reset()
         if self._channels:
@@ -352,6 +374,11 @@ class ClusterSubscriber:
                 subscriber = self._shard(address)
         self._where[channel] = subscriber
         return subscriber.subscribe(channel)
+
+    def confirmation(self, channel: bytes) -> asyncio.Future[None] | None:
+        """As :meth:`Subscriber.confirmation`, on the server ``channel`` is subscribed on."""
+        subscriber = self._where.get(channel)
+        return None if subscriber is None else subscriber.confirmation(channel)
 
     def unsubscribe(self, channel: bytes) -> None:
         """Stop listening on ``channel``."""

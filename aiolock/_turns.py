@@ -265,7 +265,7 @@ class Entry:
         self._turns.broadcast(TURN_LEAVE_SCRIPT, (b"4", *self._keys[1:], self._key, member))
         self._wake()
 
-    def taken_out(self) -> None:
+    def taken_out(self, confirmed: Sequence[asyncio.Future[None]] | None = None) -> None:
         """A pass-over took us out of line: we join again at our place now.
 
         ``TURN_LEAVE`` told us (:data:`TAKEN_OUT`) while we wait, and our next refresh
@@ -274,8 +274,16 @@ class Entry:
         holder's handoffs found nobody else waiting (seed 35184372089874). A late or
         repeated message costs one refresh of our entry; after we left, nothing. Also
         called when a pub/sub connection of ours drops: a grant to us that no node
-        could tell us of takes us out without a word (Waiting._on_reset).
+        could tell us of takes us out without a word (Waiting._on_reset); and
+        ``confirmed``, our subscription to the grants asked for again on the new
+        connection, makes our offer tentative until every node has confirmed it, as
+        when we joined (the grant it may take meanwhile would go unheard too).
         """
+        if confirmed is not None:
+            self._confirmed = confirmed
+            for confirmation in confirmed:
+                if not confirmation.done():
+                    confirmation.add_done_callback(self._on_confirmed)
         if self._refresh is not None:
             self._send_join()
 

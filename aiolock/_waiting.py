@@ -207,11 +207,28 @@ class Waiting:
 
         A release, or a grant to us: a node whose grant nobody heard takes it back and us
         out of line, telling nobody (seed 281474983711000). Heads try; entries join again.
+        Until the new connection has our subscriptions back, a release or a grant to us
+        would go unheard too: the confirmations wake the head, and our offer is
+        tentative until every node confirmed our grants' (seed 281474985869760: firm,
+        its grant unheard took us out of line again, until our refresh).
         """
-        for queue in self._queues.values():  # (a release message may have been lost)
+        for key, queue in self._queues.items():  # (a release message may have been lost)
             queue.missed_release()
+            if queue.subscribed:
+                for listener in queue.listeners:
+                    for channel in queue.channels:
+                        back = listener.confirmation(channel)
+                        if back is not None:
+                            back.add_done_callback(functools.partial(_missed_release, queue))
             if queue.entry is not None and not queue.polling():  # (or a grant to us)
-                queue.entry.taken_out()
+                ours = queue.grants
+                if ours is not None and self._turns is not None:
+                    channel = grant_channel(key, self._turns.member)
+                    ours[:] = [
+                        listener.confirmation(channel) or grant
+                        for listener, grant in zip(self._subscribers, ours, strict=True)
+                    ]
+                queue.entry.taken_out(ours)
 
     async def acquire(
         self,
@@ -396,3 +413,8 @@ class Waiting:
         """Close the pub/sub connections."""
         for subscriber in self._subscribers:
             await subscriber.aclose()
+
+
+def _missed_release(queue: Queue, _confirmed: asyncio.Future[None]) -> None:
+    """A subscription of ``queue``'s was confirmed again, after a reset: wake its head."""
+    queue.missed_release()

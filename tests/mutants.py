@@ -958,11 +958,31 @@ MUTANTS = [
     Mutant(
         "a process whose pub/sub connection dropped joins the line again only at its refresh",
         "aiolock/_waiting.py",
-        "            if queue.entry is not None and not queue.polling():  # (or a grant to us)\n"
-        "                queue.entry.taken_out()\n",
+        "                queue.entry.taken_out(ours)\n",
         "",
         (
             "tests/test_turns.py::test_a_process_whose_pubsub_connections_drop_joins_the_line_again_at_once",
+        ),
+    ),
+    # The sixteenth session's fix (seed 281474985869760, one pub/sub connection dropped).
+    Mutant(
+        "a process whose pub/sub connection dropped offers firm before it is subscribed again",
+        "aiolock/_waiting.py",
+        "                    ours[:] = [\n",
+        "                    _ = [\n",
+        (
+            "tests/test_turns.py::"
+            "test_a_process_whose_pubsub_connections_drop_offers_tentatively_until_they_are_back",
+        ),
+    ),
+    Mutant(
+        "a subscription confirmed again after a reset does not wake the head",
+        "aiolock/_waiting.py",
+        "back.add_done_callback(functools.partial(_missed_release, queue))\n",
+        "back.cancel()\n",
+        (
+            "tests/test_turns.py::"
+            "test_a_process_whose_pubsub_connections_drop_offers_tentatively_until_they_are_back",
         ),
     ),
     # The tenth session's second fix (seed 70368944185082, nodes that are clusters).

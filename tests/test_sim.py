@@ -307,6 +307,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "pubsub-drop-rejoins-at-refresh",
         "handoff-to-shorter-ttl-announces-nothing",
         "semaphore-body-not-cancelled-on-loss",
+        "pubsub-drop-offers-firm-before-subscribed-again",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

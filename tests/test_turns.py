@@ -1236,6 +1236,60 @@ async def test_a_process_whose_pubsub_connections_drop_joins_the_line_again_at_o
         await waiter.release()
 
 
+async def test_a_process_whose_pubsub_connections_drop_offers_tentatively_until_they_are_back(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the simulation's streak rule (seed 281474985869760, one pub/sub drop,
+    # no other fault): the process joined the line again at once (above), its offer
+    # firm, and a release granted it the lock before its new connections had
+    # subscribed again. Nobody heard the grant: each node undid it and took the
+    # process out of line, telling nobody, until its entry's refresh (0.5 s); the
+    # holder's process, alone in line as its handoffs saw it, held the name 8 times in
+    # a row. Its subscriptions are asked for again on the new connections: until each
+    # node confirms, its offer is tentative (an unheard grant keeps it in line), and
+    # the confirmations wake its head (a release may have gone unheard meanwhile).
+    monkeypatch.setattr(aiolock._turns, "REFRESH", 30.0)  # no refresh during the test
+    monkeypatch.setattr(aiolock._turns, "ENTRY_TTL", 60.0)
+    turns = key(name) + ":turns"
+    async with (
+        nemesis(urls) as net,
+        LockManager(urls) as holder_side,
+        LockManager(net.urls, node_timeout=0.05) as waiter_side,
+    ):
+        holder, waiter, waits = await _waiting_behind(holder_side, waiter_side, clients, name)
+        member = waiter_side._engine.turns.member  # type: ignore[union-attr]
+        await _until_firm(clients, name)
+        for proxy in net:  # the new connections' subscriptions do not get through (yet)
+            proxy.hold(_grant_subscription, math.inf)
+            for link in proxy.links:
+                if link.kind == "pubsub" and not link.closed:
+                    link.drop()
+        # In line again at once, its offer tentative (on the old code: firm).
+        deadline = time.monotonic() + 5
+        while not all(seq.endswith(b"*") for seq in await _offer_seqs(clients, name)):
+            assert time.monotonic() < deadline, await _offer_seqs(clients, name)
+            await asyncio.sleep(0.01)
+        await holder.release()  # grants to the offer: nobody hears it, undone
+        # Still in line on every node (on the old code: taken out of every line).
+        assert [await c.zrange(turns, 0, -1) for c in clients] == [[member]] * 5
+        assert not waits.done()
+        for proxy in net:
+            proxy.clear()
+            proxy.flush()
+        # Subscribed again: the confirmations wake the head, which finds the lock free
+        # (on the old code it slept on the holder's 30-s PTTL).
+        assert await asyncio.wait_for(waits, 10)
+        await waiter.release()
+
+
+async def _until_firm(clients: list[redis.Redis], name: str) -> None:
+    """Until the one offer in ``name``'s turn queue is firm on every node (5 s at most)."""
+    deadline = time.monotonic() + 5
+    while any(seq.endswith(b"*") for seq in await _offer_seqs(clients, name)):
+        assert time.monotonic() < deadline, await _offer_seqs(clients, name)
+        await asyncio.sleep(0.01)
+
+
 @contextlib.asynccontextmanager
 async def _pubsub_refused(clients: list[redis.Redis], urls: list[str]) -> AsyncIterator[list[str]]:
     """The servers' URLs for a user whose ACL refuses pub/sub (every waiter polls)."""
