@@ -29,7 +29,7 @@ pytest.importorskip("lupa")
 
 from tests.sim.kept import CAUGHT, REGRESSIONS
 from tests.sim.server import Error, Status, Store
-from tests.sim.world import ATTACH_FROM
+from tests.sim.world import HANDOVER_FROM
 
 ROOT = Path(__file__).resolve().parent.parent
 #: How many schedules every run of the suite searches (``nox -s sim`` searches on).
@@ -308,6 +308,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "handoff-to-shorter-ttl-announces-nothing",
         "semaphore-body-not-cancelled-on-loss",
         "pubsub-drop-offers-firm-before-subscribed-again",
+        "attach-that-shortens-announces-nothing",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(
@@ -351,7 +352,7 @@ def test_named_mutants_are_caught_by_the_seeds_the_search_found(
 @pytest.mark.timeout(900)  # about 40 s each on 2 idle cores
 @pytest.mark.parametrize(
     "first",
-    [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), ATTACH_FROM],
+    [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), HANDOVER_FROM],
     ids=["first", "search"],
 )
 def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
@@ -365,7 +366,8 @@ def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
     subscriptions held back in runs the liveness rules judge; the renewal's batches in
     small chunks; each node a Redis Cluster of one master; sockets the stall watchdog
     polls, blocks past it, connections gone silent; pub/sub connections dropped in runs
-    the liveness rules judge): the search must find nothing."""
+    the liveness rules judge; handovers that extend before they detach; runs focused
+    on handovers whose attach shortens the lock): the search must find nothing."""
     count = BUDGET // 2
     out = subprocess.run(
         [sys.executable, "-m", "tests.sim", "search", "--first", str(first), "--count", str(count)],

@@ -41,12 +41,13 @@ from .live import (
     lost_without_a_fault,
     writers_first,
 )
-from .workload import FOCI_BLOCK, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
+from .workload import FOCI_HANDOVER, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
     CHUNKS_FROM,
     CLUSTER_FROM,
     DROP_FROM,
     EPOCH,
+    HANDOVER_FROM,
     LIVE_FROM,
     MODELS_FROM,
     ORDERED_FROM,
@@ -171,6 +172,14 @@ def make_models(seed: int) -> Models:
     if seed >= CLUSTER_FROM and not alias:  # (a stream of its own: the draws above stand)
         cluster = random.Random(f"cluster-{seed}").random() < 1 / 6
         models = Models(pubsub_refused=models.pubsub_refused, cluster=cluster)
+    if seed >= HANDOVER_FROM and models.pubsub_refused and make_config(seed).focus == "handover":
+        # (Its shortened keys are announced on pub/sub, which is what it checks. Where
+        # pub/sub is refused every waiter polls, and a lock left to expire goes to
+        # whichever poll comes first as its key lapses on a quorum, the other nodes'
+        # keys a few milliseconds from their end: the name never free on every node,
+        # the streak rule read three such races and four handoffs as 8 in a row. Seed
+        # 1125899906885140, in the focus's first shape: docs/project/testing.md.)
+        models = Models(pubsub_refused=False, alias=models.alias, cluster=models.cluster)
     return models
 
 
@@ -375,7 +384,7 @@ def _make_faults(seed: int, cfg: Config) -> list[Fault]:
     count = rng.choice((0, 0, 2, 4, 8, 12, 16) if seed >= LIVE_FROM else (0, 2, 4, 8, 12, 16))
     kinds: tuple[str, ...] = KINDS
     if cfg.focus is not None:  # (from FOCUS_FROM on: the kinds its part needs)
-        kinds = FOCI_BLOCK[cfg.focus]
+        kinds = FOCI_HANDOVER[cfg.focus]
         count = rng.choice((0, 4, 8, 12)) if kinds else 0
         if count:
             kinds = tuple(rng.sample(kinds, rng.randint(1, min(3, len(kinds)))))

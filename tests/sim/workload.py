@@ -45,6 +45,7 @@ from .world import (
     BASE_LATENCY,
     DEATH_FROM,
     FOCUS_FROM,
+    HANDOVER_FROM,
     LAG_FROM,
     LIVE_FROM,
     MODELS_FROM,
@@ -241,7 +242,9 @@ def make_config(seed: int) -> Config:
         cfg.nudge = random.Random(f"nudge-{seed}").choice((0.0, 0.2, 0.5))
     if seed >= FOCUS_FROM:
         foci = (
-            FOCI_BLOCK
+            FOCI_HANDOVER
+            if seed >= HANDOVER_FROM
+            else FOCI_BLOCK
             if seed >= STEP_STALL_FROM
             else FOCI_DEATH
             if seed >= DEATH_FROM
@@ -266,6 +269,9 @@ def make_config(seed: int) -> Config:
                 cfg.grace = cfg.ttl * 2  # (as focus sets it: the ops have manual locks)
     if seed >= LAG_FROM and cfg.focus == "turns" and random.Random(f"line-{seed}").random() < 0.5:
         cfg.out_of_line = (cfg.processes - 1,)
+    if seed >= HANDOVER_FROM and cfg.focus and cfg.grace is not None and "handover" in cfg.ops:
+        assert cfg.ttl is not None  # (every focus sets one)
+        cfg.grace = cfg.ttl * ATTACH_LONGER[1]  # (as above, for the ttl the focus set)
     return cfg
 
 
@@ -334,6 +340,17 @@ FOCI_DEATH: dict[str, tuple[str, ...]] = {**FOCI_LAG, "death": ("die",)}
 #:   Half the runs that draw ``lease`` (a stream of their own: the draws of the others
 #:   stand).
 FOCI_BLOCK: dict[str, tuple[str, ...]] = {**FOCI_DEATH, "block": ("block",)}
+#: From HANDOVER_FROM on, one more:
+#:
+#: * ``handover``: one name, one task in each of 2 or 3 processes: handovers that
+#:   extend their lock longer before they detach it (always, where other runs do it in
+#:   half; the attach past the key's first ttl) and attach it unrenewed, the task
+#:   releasing it up to 2 ttls after its body ends with the lock (Worker.op_handover),
+#:   and plain and manual locks whose waiters wait 3 to 6 ttls, asleep on the PTTL
+#:   they read: an attach that shortens the key must wake them (its ``SHORTENED``
+#:   message), or they sleep on while the name is free (live.py's "idle" rule judges
+#:   these runs; pub/sub is never refused there: run.make_models).
+FOCI_HANDOVER: dict[str, tuple[str, ...]] = {**FOCI_BLOCK, "handover": ()}
 
 
 def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FOCI) -> None:
@@ -376,6 +393,12 @@ def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FO
         cfg.ops = ("lock", "lock", "manual", "sem")
         cfg.ttl = rng.uniform(1.8, 3.0)
         cfg.short = rng.choice((0.7, 0.9))
+        cfg.seconds = rng.uniform(5.0, 9.0)
+    elif cfg.focus == "handover":
+        cfg.processes, cfg.tasks = rng.choice((2, 3)), 1
+        cfg.ops = ("handover", "handover", "lock", "manual")
+        cfg.ttl = rng.uniform(0.5, 1.5)
+        cfg.short = 0.0
         cfg.seconds = rng.uniform(5.0, 9.0)
     elif cfg.focus == "sem":
         cfg.processes, cfg.tasks = 3, rng.choice((2, 2, 1))
@@ -797,6 +820,11 @@ class Worker:
         return self.rng.uniform(0.0, scale) * ttl
 
     def _timeout(self) -> float:
+        if self.cfg.focus == "handover" and self.cfg.ttl is not None:
+            # Long waits: a waiter that read the longer PTTL of a handover's extend()
+            # is still asleep when the attach's key expires (a new waiter would read
+            # the shorter one, and take the lock as it expires).
+            return self.rng.uniform(3.0, 6.0) * self.cfg.ttl
         return self.rng.choice((0.0, self.rng.uniform(0.05, 3.0)))
 
     async def _body(
@@ -1106,6 +1134,7 @@ class Worker:
         if h is None:
             return
         longer = self.attaching is not None and self.attaching.random() < 0.5
+        longer = longer or self.cfg.focus == "handover"
         try:
             await self._body(lock, [h], self._work(0.5, lock.ttl))
             if self.attaching is not None and longer:
@@ -1128,11 +1157,23 @@ class Worker:
             # Long enough, often, for a waiter that read the PTTL before the extend()
             # to try again meanwhile, and sleep on the longer one.
             pause = self.attaching.uniform(0.2, 1.2) * lock.ttl
+            if self.cfg.focus == "handover":  # (its draw stands: the others' do too)
+                # Past the key's first ttl, always: a waiter of another process that
+                # read the PTTL just after the lock was taken tries again meanwhile,
+                # and reads the longer one.
+                pause = (1.0 + pause / lock.ttl / 4) * lock.ttl
         await asyncio.sleep(pause)
         again = self._mine(await self.locks.attach(ticket, auto_renew=not longer), name)
         self.rec.event(self.owner, f"attached token {again.fencing_token}")
         try:
             await self._body(again, [h], self._work(3.0 if longer else 1.0, again.ttl))
+            if longer and self.attaching is not None and self.cfg.focus == "handover":
+                # The task goes on with other work before it releases (its body ends
+                # as the lock expires, and a release, even of an expired hold, wakes
+                # the waiters): the key is left to expire, as when its process is
+                # busy elsewhere, and nothing but a shortening's message tells the
+                # waiters of the other processes that slept on the longer PTTL.
+                await asyncio.sleep(self.attaching.uniform(0.0, 2.0) * again.ttl)
         finally:
             if longer:
                 await self._release(again)

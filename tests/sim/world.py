@@ -184,8 +184,17 @@ DROP_FROM = 2**48
 #: their handovers (``Worker.op_handover``, drawn from a stream of its own): the
 #: ``attach()`` then resets the key to the lock's ttl, shortening it, which must be
 #: announced as a shortening ``extend()`` is (a waiter of another process sleeps on
-#: the longer PTTL it read). The search starts here.
+#: the longer PTTL it read). The search started here (fifteenth session).
 ATTACH_FROM = 2**49
+#: Seeds from here on draw one more focus (``workload.FOCI_HANDOVER``): ``handover``,
+#: one task in each of 2 or 3 processes, each lock of a handover extended longer
+#: before it is detached, and attached unrenewed, its key left to expire, while the
+#: other processes wait long for the name; no fault and pub/sub never refused, so
+#: the liveness rules judge them (a waiter asleep on the longer PTTL it read, the
+#: name free, is "idle"). And a focused run whose handovers extend sets its
+#: ``restart_grace`` to the longest ttl they ask for (before, twice the ttl for three
+#: times: the user's misconfiguration). The search starts here.
+HANDOVER_FROM = 2**50
 #: The simulated sockets' file descriptors start here (far above any real one).
 SOCKET_FDS = 1 << 24
 #: The stall watchdog's time in the runs (``aiolock._node``: 20 x node_timeout is less):
