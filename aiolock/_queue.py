@@ -83,6 +83,37 @@ class Queue:
         if self.grants is None and not self.polling():
             self.grants = [subscriber.subscribe(channel) for subscriber in subscribers]
 
+    def reset(self, grants: bytes | None, subscribers: Sequence[Listener]) -> None:
+        """A pub/sub connection dropped (or refused us): a message may have been lost.
+
+        A release: the head tries again; or a grant to us, which a node that has our
+        subscription no more undoes, taking us out of line, telling nobody (seed
+        281474983711000): our entry joins again (not where we poll: no offer). Until
+        the new connection confirms our subscriptions, a release or a grant to us goes
+        unheard too: the confirmations of ours on the release channels wake the head,
+        and ours to the grants (``grants``, on each of ``subscribers``) make our offer
+        tentative until every node has confirmed again (seed 281474985869760: firm, its
+        grant unheard took us out of line again, until our refresh).
+        """
+        self.missed_release()
+        if self.subscribed:
+            for listener in self.listeners:
+                for channel in self.channels:
+                    back = listener.confirmation(channel)
+                    if back is not None:
+                        back.add_done_callback(self._confirmed_again)
+        if self.entry is not None and not self.polling():
+            ours = self.grants
+            if ours is not None and grants is not None:
+                ours[:] = [
+                    listener.confirmation(grants) or grant
+                    for listener, grant in zip(subscribers, ours, strict=True)
+                ]
+            self.entry.taken_out(ours)
+
+    def _confirmed_again(self, _confirmation: asyncio.Future[None]) -> None:
+        self.missed_release()
+
     def missed_release(self) -> None:
         """A release may have gone unheard: a subscription confirmed late, or lost.
 

@@ -44,10 +44,11 @@ from typing import Any, Final, Protocol, TypeVar
 import anyio
 
 from ._cluster import ClusterNode
+from ._cluster_pubsub import ClusterSubscriber
 from ._grants import Grants
 from ._handoff import Line, Taker, attempt_as_head, others_in_line
 from ._keys import grant_channel, release_channel, turn_keys
-from ._pubsub import ClusterSubscriber, Listener, Subscriber
+from ._pubsub import Listener, Subscriber
 from ._queue import POLL_INTERVAL, Queue, Streaks, listening
 from ._scripts import NOT_FREE
 from ._turns import TAKEN_OUT, Turns
@@ -203,32 +204,14 @@ class Waiting:
             queue.heard(message)
 
     def _on_reset(self) -> None:
-        """A pub/sub connection dropped (or refused us): a message may have been lost.
+        """A pub/sub connection dropped (or refused us): each queue makes up for it.
 
-        A release, or a grant to us: a node whose grant nobody heard takes it back and us
-        out of line, telling nobody (seed 281474983711000). Heads try; entries join again.
-        Until the new connection has our subscriptions back, a release or a grant to us
-        would go unheard too: the confirmations wake the head, and our offer is
-        tentative until every node confirmed our grants' (seed 281474985869760: firm,
-        its grant unheard took us out of line again, until our refresh).
+        A release or a grant to us may have been lost (see Queue.reset).
         """
-        for key, queue in self._queues.items():  # (a release message may have been lost)
-            queue.missed_release()
-            if queue.subscribed:
-                for listener in queue.listeners:
-                    for channel in queue.channels:
-                        back = listener.confirmation(channel)
-                        if back is not None:
-                            back.add_done_callback(functools.partial(_missed_release, queue))
-            if queue.entry is not None and not queue.polling():  # (or a grant to us)
-                ours = queue.grants
-                if ours is not None and self._turns is not None:
-                    channel = grant_channel(key, self._turns.member)
-                    ours[:] = [
-                        listener.confirmation(channel) or grant
-                        for listener, grant in zip(self._subscribers, ours, strict=True)
-                    ]
-                queue.entry.taken_out(ours)
+        turns = self._turns
+        for key, queue in self._queues.items():
+            grants = None if turns is None else grant_channel(key, turns.member)
+            queue.reset(grants, self._subscribers)
 
     async def acquire(
         self,
@@ -413,8 +396,3 @@ class Waiting:
         """Close the pub/sub connections."""
         for subscriber in self._subscribers:
             await subscriber.aclose()
-
-
-def _missed_release(queue: Queue, _confirmed: asyncio.Future[None]) -> None:
-    """A subscription of ``queue``'s was confirmed again, after a reset: wake its head."""
-    queue.missed_release()

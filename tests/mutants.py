@@ -946,9 +946,9 @@ MUTANTS = [
     ),
     Mutant(
         "a pub/sub connection lost or refused wakes the head at once though its process gave way",
-        "aiolock/_waiting.py",
-        "(a release message may have been lost)\n            queue.missed_release()\n",
-        "(a release message may have been lost)\n            queue.wake.set()\n",
+        "aiolock/_queue.py",
+        "        self.missed_release()\n        if self.subscribed:\n",
+        "        self.wake.set()\n        if self.subscribed:\n",
         (
             "tests/test_turns.py::"
             "test_where_pubsub_is_refused_an_expired_holds_late_release_leaves_the_turn_given",
@@ -957,8 +957,8 @@ MUTANTS = [
     # The fourteenth session's fix (seed 281474983711000, pub/sub connections dropped).
     Mutant(
         "a process whose pub/sub connection dropped joins the line again only at its refresh",
-        "aiolock/_waiting.py",
-        "                queue.entry.taken_out(ours)\n",
+        "aiolock/_queue.py",
+        "            self.entry.taken_out(ours)\n",
         "",
         (
             "tests/test_turns.py::test_a_process_whose_pubsub_connections_drop_joins_the_line_again_at_once",
@@ -967,9 +967,9 @@ MUTANTS = [
     # The sixteenth session's fix (seed 281474985869760, one pub/sub connection dropped).
     Mutant(
         "a process whose pub/sub connection dropped offers firm before it is subscribed again",
-        "aiolock/_waiting.py",
-        "                    ours[:] = [\n",
-        "                    _ = [\n",
+        "aiolock/_queue.py",
+        "                ours[:] = [\n",
+        "                _ = [\n",
         (
             "tests/test_turns.py::"
             "test_a_process_whose_pubsub_connections_drop_offers_tentatively_until_they_are_back",
@@ -977,8 +977,8 @@ MUTANTS = [
     ),
     Mutant(
         "a subscription confirmed again after a reset does not wake the head",
-        "aiolock/_waiting.py",
-        "back.add_done_callback(functools.partial(_missed_release, queue))\n",
+        "aiolock/_queue.py",
+        "back.add_done_callback(self._confirmed_again)\n",
         "back.cancel()\n",
         (
             "tests/test_turns.py::"
