@@ -946,6 +946,47 @@ async def test_a_head_whose_pubsub_is_refused_after_its_offer_was_firm_withdraws
             await client.execute_command("ACL", "DELUSER", "aiolock")
 
 
+async def test_a_head_whose_pubsub_is_refused_on_its_open_connections_withdraws_its_offer(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As above, but the refusal comes as a reply on the open connections (the ACL changed
+    # while they stay up: the next SUBSCRIBE, for another name, is refused). Connections
+    # that drop and come back refused ask for the grants again (Queue.reset), and the
+    # refusal's confirmations send the entry again without the offer; here nothing is
+    # asked again, and only the head's withdrawal before its attempt takes it back.
+    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)
+    offers = key(name) + ":turns:offers"
+    for client in clients:
+        await client.execute_command("ACL", "SETUSER", "aiolock", *MINIMAL_ACL.split())
+    try:
+        async with (
+            LockManager(urls) as holder_side,
+            LockManager(_as_refused(urls), node_timeout=0.05) as waiter_side,
+        ):
+            holder, waiter, waits = await _waiting_behind(holder_side, waiter_side, clients, name)
+            await _until_firm(clients, name)
+            elsewhere = holder_side.lock(name + "-x", ttl=30, auto_renew=False)
+            assert await elsewhere.acquire(timeout=0)
+            for client in clients:
+                await client.execute_command("ACL", "SETUSER", "aiolock", "-subscribe")
+            other_lock = waiter_side.lock(name + "-x", ttl=30, auto_renew=False)
+            other = asyncio.create_task(other_lock.acquire(timeout=20))  # (SUBSCRIBE refused)
+            await asyncio.sleep(0.8)
+            # Withdrawn at the head's attempt after the refusal (without it: at the
+            # refresh, 5 s on).
+            assert [await c.zcard(offers) for c in clients] == [0] * 5
+            assert not waits.done()
+            await holder.release()
+            assert await asyncio.wait_for(waits, 20)  # (it polls)
+            await waiter.release()
+            await elsewhere.release()
+            assert await asyncio.wait_for(other, 20)
+            await other_lock.release()
+    finally:
+        for client in clients:
+            await client.execute_command("ACL", "DELUSER", "aiolock")
+
+
 async def test_where_pubsub_is_refused_a_process_that_gave_way_lets_the_one_named_try_first(
     urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
