@@ -790,8 +790,6 @@ MUTANTS = [
             "test_a_head_that_learns_pubsub_is_refused_after_offering_withdraws_the_offer_at_once",
             "tests/test_turns.py::"
             "test_a_head_whose_pubsub_is_refused_after_its_offer_was_firm_withdraws_it",
-            "tests/test_turns.py::"
-            "test_a_head_whose_pubsub_is_refused_on_its_open_connections_withdraws_its_offer",
         ),
     ),
     Mutant(
