@@ -309,6 +309,8 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "semaphore-body-not-cancelled-on-loss",
         "pubsub-drop-offers-firm-before-subscribed-again",
         "attach-that-shortens-announces-nothing",
+        "tentative-until-refresh",
+        "grants-subscribed-only-at-join",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

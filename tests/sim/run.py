@@ -41,6 +41,7 @@ from .live import (
     lost_without_a_fault,
     writers_first,
 )
+from .subs import Subscriptions
 from .workload import FOCI_HANDOVER, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
     CHUNKS_FROM,
@@ -550,6 +551,8 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     world = World(seed=seed, nodes_count=cfg.nodes, drift=DRIFT, faults=faults)
     world.pubsub_refused = models.pubsub_refused
     world.cluster = models.cluster
+    if quiet(faults) and not models.cluster and not models.pubsub_refused:
+        world.subs = Subscriptions(world)
     world.skews = make_skews(seed, cfg)
     if cfg.grace is not None:
         world.grace = cfg.grace

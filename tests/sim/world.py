@@ -49,6 +49,7 @@ from aiolock._scripts import EXTEND_MANY_SCRIPT, RELEASE_EITHER_SCRIPT, REPAIR_S
 from aiolock._turn_scripts import RELEASE_TURN_SCRIPT, TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
 
 from .server import Error, Status, Store, ZSet, encode
+from .subs import Subscriptions
 
 #: Which simulated process (manager) is running: set by the workload, read on connect.
 current_process: contextvars.ContextVar[int] = contextvars.ContextVar("sim_process", default=-1)
@@ -605,6 +606,9 @@ class Link:
             self._repairs(data)
         if not self.pubsub:
             self.pubsub = b"SUBSCRIBE\r\n" in data.upper()
+        subs = world.subs
+        if subs is not None and (self.pubsub or TURN_JOIN_SCRIPT.sha in data):
+            subs.wrote(self, data)
         self.up.send(data, self.world.latency(self, "up"))
 
     def silence(self) -> None:
@@ -692,6 +696,8 @@ class Link:
 
     def _at_client(self, data: bytes) -> None:
         protocol = self.transport.get_protocol()
+        if self.pubsub and not self.dead and self.world.subs is not None:
+            self.world.subs.heard(self, data)
         if protocol is not None and not self.dead:
             protocol.data_received(data)  # type: ignore[attr-defined]
 
@@ -848,6 +854,13 @@ class SimNode:
                 f"repairs take no key: n{self.index} replaced {command[3].decode()} of token "
                 f"{other!r} with a repair's {command[5]!r} at {self.world.now:.6f}"
             )
+        subs = self.world.subs
+        if subs is not None:
+            if sha == TURN_JOIN_SCRIPT.sha and len(command) > 5:
+                subs.noted(self.index, command[5])
+            elif sha == RELEASE_TURN_SCRIPT.sha and len(command) > 7:
+                subs.noted(self.index, command[7])
+            subs.check_firm()
         if reply is not _NO_REPLY:
             link.reply(encode(reply))
         expires = self.store.expires
@@ -1121,6 +1134,9 @@ class World:
         #: Every node is a cluster of one master (from CLUSTER_FROM on, some runs): it
         #: answers ``CLUSTER SLOTS``.
         self.cluster = False
+        #: The rules on a process's subscriptions to its grants (subs.py), where they
+        #: are judged (see run.run); None elsewhere.
+        self.subs: Subscriptions | None = None
 
     @property
     def urls(self) -> list[str]:
