@@ -311,6 +311,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "attach-that-shortens-announces-nothing",
         "tentative-until-refresh",
         "grants-subscribed-only-at-join",
+        "turn-left-unannounced",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

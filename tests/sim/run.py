@@ -642,6 +642,8 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     if models.alias:  # (the refusal is logged at ERROR too, as it should be)
         logged.problems = [p for p in logged.problems if "is the same server as" not in p]
     keys = {n.index: n.store.keys() for n in world.nodes}
+    if world.subs is not None:
+        world.subs.check_announced(final=True)
     violations = [
         *rec.crashes,
         *errors,

@@ -607,7 +607,7 @@ class Link:
         if not self.pubsub:
             self.pubsub = b"SUBSCRIBE\r\n" in data.upper()
         subs = world.subs
-        if subs is not None and (self.pubsub or TURN_JOIN_SCRIPT.sha in data):
+        if subs is not None and (self.pubsub or subs.reads(data)):
             subs.wrote(self, data)
         self.up.send(data, self.world.latency(self, "up"))
 
@@ -861,6 +861,8 @@ class SimNode:
             elif sha == RELEASE_TURN_SCRIPT.sha and len(command) > 7:
                 subs.noted(self.index, command[7])
             subs.check_firm()
+            if subs.unannounced:
+                subs.check_announced()
         if reply is not _NO_REPLY:
             link.reply(encode(reply))
         expires = self.store.expires
@@ -868,6 +870,8 @@ class SimNode:
             value = data.get(key)
             if value is not old and isinstance(value, bytes):
                 self.world.writers[(self.index, key)] = (link.process, self.world.now)
+                if subs is not None:
+                    subs.set_value(self.index, key, link.process)
             if key in data and key not in expires and key not in self.world.bare:
                 self.world.bare[key] = (self.world.now, self.index)
         if self.world.observer is not None:
