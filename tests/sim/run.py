@@ -644,6 +644,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     keys = {n.index: n.store.keys() for n in world.nodes}
     if world.subs is not None:
         world.subs.check_announced(final=True)
+        world.subs.check_woken(final=True)
     violations = [
         *rec.crashes,
         *errors,

@@ -1,36 +1,44 @@
-"""Promises of the waiting docs about a process's subscriptions and turns, read on the
-wire (docs/explanation/waiting.md, "A process subscribes to its grants before
-its first attempt, with the release channels, and an offer it sends before every node
-confirmed that subscription is *tentative* (...; it is sent again, firm, as soon as
-the last node confirms)"):
+"""Promises of the waiting docs (docs/explanation/waiting.md) about a process's
+subscriptions and turns, read on the wire:
 
-* **grants with the releases**: when a process writes its entry in a name's line
-  (``TURN_JOIN``), every live pub/sub connection of its manager on which it subscribed
-  to the name's release channel at an earlier instant carries its subscription to its
-  grants for that name, written no later than the release channel's. (A connection
-  counts as the manager's once it carried a subscription to its grants, for any name.)
-  (A subscription to the grants only as the process joins makes its offer tentative
-  at every join: a grant in the round trip that follows is undone.)
-* **firm once confirmed**: no node keeps a process's tentative offer longer than
+* **grants with the releases** ("A process subscribes to its grants before its first
+  attempt, with the release channels"): when a process writes its entry in a name's
+  line (``TURN_JOIN``), every live pub/sub connection of its manager on which it
+  subscribed to the name's release channel at an earlier instant carries its
+  subscription to its grants for that name, written no later than the release
+  channel's. (A connection counts as the manager's once it carried a subscription to
+  its grants, for any name.) (Subscribed to its grants only as it joins, its offer is
+  tentative at every join: a grant in the round trip that follows is undone.)
+* **firm once confirmed** ("an offer it sends before every node confirmed that
+  subscription is *tentative* (...; it is sent again, firm, as soon as the last node
+  confirms)"): no node keeps a process's tentative offer longer than
   :data:`FIRM_AFTER` after the last node's confirmation of its subscription to the
   grants reached the process (each on a live connection). (An offer left tentative
   until the entry's next refresh, half a second later, costs the grants that come
   meanwhile.)
-
-* **a turn unused is announced**: a manager that leaves a name's line
+* **a turn unused is announced** ("If none of its waiters takes the lock after all,
+  the last one to leave announces it free"): a manager that leaves a name's line
   (``TURN_LEAVE``, its last waiter gone) after it heard a release name it, and
   neither heard a grant since nor set the name's key on a quorum of nodes (its waiter
-  did not take the lock), publishes the release channel's "free" message at once
-  (waiting.md: "If none of its waiters takes the lock after all, the last one to
-  leave announces it free"): within :data:`ANNOUNCED_WITHIN`. (Unannounced, the
-  others wait for the turn queue's fallback, half a second, which the idle rule
-  allows.)
+  did not take the lock), publishes the release channel's "free" message within
+  :data:`ANNOUNCED_WITHIN`. (Unannounced, the others wait for the turn queue's
+  fallback, half a second, which the idle rule allows.)
+* **woken when subscribed again** ("those confirmations wake its first waiter, which
+  may have missed a release meanwhile"): a manager in a plain lock's line whose pub/sub
+  connection to a node dropped while it listened there for the name's releases, once
+  the new connection's confirmation of that subscription reaches it, has its first
+  waiter try again (a script on the name's key) within :data:`WOKEN_WITHIN`, unless
+  it leaves the line, hears a grant, or stops listening meanwhile. (Not woken, the
+  head sleeps on the PTTL its last attempt read, while the release it missed named
+  its process: the others take the name after the fallback.)
 
-All three are judged where nothing delays a command (``world.quiet`` runs: no fault, or late
-subscriptions and dropped pub/sub connections only), pub/sub is not refused and the
-nodes are not clusters (whose processes take no turns); what breaks them goes to
+All four are judged where nothing delays a command (``world.quiet`` runs: no fault, or
+late subscriptions and dropped pub/sub connections only), pub/sub is not refused and
+the nodes are not clusters (whose processes take no turns); what breaks them goes to
 ``World.wire``. They read, never touch, the stores and the random streams: a run's
-schedule is the same with them or without.
+schedule is the same with them or without. A connection the simulation opened for a
+process outside its context (a reconnection's) is labelled process -1: the rules match
+connections by the manager's member, and processes by its entries' command connections.
 """
 
 from __future__ import annotations
@@ -53,6 +61,10 @@ FIRM_AFTER = 0.05
 #: How soon a manager that leaves its line with its turn unused announces the lock
 #: free (seconds): it publishes as it writes its ``TURN_LEAVE``.
 ANNOUNCED_WITHIN = 0.01
+#: How soon a head tries after its subscription is confirmed again (seconds): at once,
+#: or after the turn queue's fallback (0.5 s and 10 % of jitter) where a release of its
+#: process gave way since (Queue.missed_release).
+WOKEN_WITHIN = 0.6
 _TURNS = b":turns"
 _RELEASED = b":released"
 _GRANTS = b":turn:"
@@ -86,16 +98,31 @@ class Subscriptions:
         #: (process, key) -> node -> when a command of the process last set the key's
         #: value there (an attempt that took it; a grant is set by the releaser's).
         self.set_by: dict[tuple[int, bytes], dict[int, float]] = {}
+        #: (member, lock) -> when the manager last heard a grant (it may take the lock
+        #: with it, after a release naming it: seed 1125899913848238).
+        self.granted: dict[tuple[bytes, bytes], float] = {}
         #: (process, lock) -> the member and when it left its line with its turn unused,
         #: not announced yet.
         self.unannounced: dict[tuple[int, bytes], tuple[bytes, float]] = {}
+        #: link -> when its client first wrote a subscription on it.
+        self.opened: dict[Link, float] = {}
+        #: (member, lock) -> when the confirmation of its release channel on a
+        #: connection that replaced a dropped one reached it, its head not tried since.
+        self.wake_due: dict[tuple[bytes, bytes], float] = {}
+        #: (member, lock) for each plain lock whose line the manager is in (from its
+        #: TURN_JOIN to its TURN_LEAVE): the rule above reads their heads' scripts.
+        self.lines: set[tuple[bytes, bytes]] = set()
 
     # -- the client's side -----------------------------------------------------------
 
-    @staticmethod
-    def reads(data: bytes) -> bool:
+    def reads(self, data: bytes) -> bool:
         """Whether a command connection's write may hold what the rules read."""
-        return TURN_JOIN_SCRIPT.sha in data or TURN_LEAVE_SCRIPT.sha in data or b"PUBLISH" in data
+        return (
+            TURN_JOIN_SCRIPT.sha in data
+            or TURN_LEAVE_SCRIPT.sha in data
+            or b"PUBLISH" in data
+            or (bool(self.wake_due) and b"EVALSHA" in data)
+        )
 
     def wrote(self, link: Link, data: bytes) -> None:
         """What a client wrote on ``link``: subscriptions, and entries in a line."""
@@ -104,7 +131,16 @@ class Subscriptions:
         now = self.world.now
         while (command := reader.gets()) is not False:
             name = command[0].upper()
+            if name == b"EVALSHA" and self.wake_due and len(command) > 3:
+                tried = [
+                    due
+                    for due in self.wake_due
+                    if due[1] == command[3] and self.members.get(due[0]) == link.process
+                ]
+                for due in tried:  # (its head tried: a script on the lock's key)
+                    del self.wake_due[due]
             if name == b"SUBSCRIBE":
+                self.opened.setdefault(link, now)
                 written = self.written.setdefault(link, {})
                 for channel in command[1:]:
                     written.setdefault(channel, now)
@@ -113,6 +149,8 @@ class Subscriptions:
             elif name == b"UNSUBSCRIBE":  # (its confirmation no longer counts: as
                 # for the library, a subscription written again waits for its own)
                 for channel in command[1:]:
+                    if channel.endswith(_RELEASED) and (member := self.owners.get(link)):
+                        self.wake_due.pop((member, channel[: -len(_RELEASED)]), None)
                     self.written.get(link, {}).pop(channel, None)
                     self.confirmed.get(link, {}).pop(channel, None)
             elif (
@@ -122,6 +160,7 @@ class Subscriptions:
                 and command[3].endswith(_TURNS)
             ):
                 self.members[command[6]] = link.process
+                self.lines.add((command[6], command[3][: -len(_TURNS)]))
                 self._grants_with_releases(link.process, command[3][: -len(_TURNS)], command[6])
             elif (
                 name == b"EVALSHA"
@@ -152,8 +191,42 @@ class Subscriptions:
                 continue  # (the client no longer listens there)
             if reply[0] == b"subscribe":
                 self.confirmed.setdefault(link, {}).setdefault(reply[1], self.world.now)
+                if reply[1].endswith(_RELEASED):
+                    self._subscribed_again(link, reply[1])
             elif reply[0] == b"message" and (member := self.owners.get(link)) is not None:
                 self._message(member, reply[1], reply[2])
+
+    def _subscribed_again(self, link: Link, channel: bytes) -> None:
+        """A confirmation of release channel ``channel`` reached ``link``'s client: is it
+        of a connection that replaced one dropped while listening there?"""
+        member = self.owners.get(link)
+        if member is None or self.written[link][channel] != self.opened.get(link):
+            return  # (not asked for as the connection opened: a new wait's)
+        dropped = any(
+            old is not link
+            and old.dead
+            and old.node is link.node
+            and self.owners.get(old) == member
+            and channel in written
+            for old, written in self.written.items()
+        )
+        if dropped and (member, channel[: -len(_RELEASED)]) in self.lines:
+            due = (member, channel[: -len(_RELEASED)])
+            self.wake_due.setdefault(due, self.world.now)
+
+    def check_woken(self, *, final: bool = False) -> None:
+        """The "woken when subscribed again" rule (after each command, and at the end)."""
+        now = self.world.now
+        for (member, lock), since in list(self.wake_due.items()):
+            if now - since > WOKEN_WITHIN:
+                del self.wake_due[(member, lock)]
+                self.world.wire.append(
+                    f"woken when subscribed again: p{self.members.get(member)}'s subscription "
+                    f"to the releases of {lock.decode()} was confirmed again at {since:.6f}, "
+                    f"after its connection dropped, and its head had not tried by {now:.6f}"
+                )
+            elif final:
+                del self.wake_due[(member, lock)]
 
     def _message(self, member: bytes, channel: bytes, message: bytes) -> None:
         """A message reached manager ``member``: Entry.heard's view of its turn."""
@@ -164,10 +237,15 @@ class Subscriptions:
             elif message == member:
                 self.named.setdefault((member, lock), self.world.now)
         elif channel.endswith(_GRANTS + member):
-            self.named.pop((member, channel[: -len(_GRANTS + member)]), None)
+            lock = channel[: -len(_GRANTS + member)]
+            self.named.pop((member, lock), None)
+            self.granted[(member, lock)] = self.world.now
+            self.wake_due.pop((member, lock), None)
 
     def _left(self, process: int, lock: bytes, member: bytes) -> None:
         """Manager ``member`` of ``process`` wrote its ``TURN_LEAVE`` for ``lock``."""
+        self.wake_due.pop((member, lock), None)
+        self.lines.discard((member, lock))
         since = self.named.pop((member, lock), None)
         if since is None:
             return
@@ -175,7 +253,7 @@ class Subscriptions:
         since -= ANNOUNCED_WITHIN * 5  # (an attempt may land just before the release
         # that names it is heard, and win: seed 1125899911843255)
         took = sum(1 for at in self.set_by.get((process, lock), {}).values() if at >= since)
-        if took < len(world.nodes) // 2 + 1:
+        if took < len(world.nodes) // 2 + 1 and self.granted.get((member, lock), 0.0) < since:
             self.unannounced[(process, lock)] = (member, world.now)
 
     def check_announced(self, *, final: bool = False) -> None:

@@ -863,6 +863,8 @@ class SimNode:
             subs.check_firm()
             if subs.unannounced:
                 subs.check_announced()
+            if subs.wake_due:
+                subs.check_woken()
         if reply is not _NO_REPLY:
             link.reply(encode(reply))
         expires = self.store.expires
