@@ -313,6 +313,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "grants-subscribed-only-at-join",
         "turn-left-unannounced",
         "head-not-woken-when-subscribed-again",
+        "refused-head-keeps-offer",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

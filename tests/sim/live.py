@@ -427,7 +427,10 @@ def writers_first(
     broke the rule. ``late``: subscriptions are held back in the run; a writer may hear
     that release only when its subscription is confirmed, up to 0.3 s later, and the
     race lasts :data:`LATE_RACE` (seed 35184472094183: a new reader took the lock
-    twice, 45 and 50 ms after a writer's release, before the waiting writer tried).
+    twice, 45 and 50 ms after a writer's release, before the waiting writer tried);
+    so too where pub/sub is refused, where every waiter polls, a writer every 0.1 s
+    and 10 % (aiolock/_queue.py, ``POLL_INTERVAL``; seed 1125899915848300: a reader
+    took the lock 57 ms after a writer's release, the waiting writer 0.18 s after it).
     """
     race = LATE_RACE if late else RACE
     problems = []

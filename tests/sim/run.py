@@ -551,7 +551,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     world = World(seed=seed, nodes_count=cfg.nodes, drift=DRIFT, faults=faults)
     world.pubsub_refused = models.pubsub_refused
     world.cluster = models.cluster
-    if quiet(faults) and not models.cluster and not models.pubsub_refused:
+    if quiet(faults) and not models.cluster:
         world.subs = Subscriptions(world)
     world.skews = make_skews(seed, cfg)
     if cfg.grace is not None:
@@ -654,7 +654,9 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         *rec.resting,
         *(lost_without_a_fault(rec.holdings, rec.counts) if rec.live.on and quiet(faults) else []),
         *(
-            writers_first(rec.holdings, rec.writes, rec.released, late=bool(faults))
+            writers_first(
+                rec.holdings, rec.writes, rec.released, late=bool(faults) or models.pubsub_refused
+            )
             if rec.live.on and quiet(faults)
             else []
         ),

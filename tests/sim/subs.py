@@ -3,7 +3,7 @@ subscriptions and turns, read on the wire:
 
 * **grants with the releases** ("A process subscribes to its grants before its first
   attempt, with the release channels"): when a process writes its entry in a name's
-  line (``TURN_JOIN``), every live pub/sub connection of its manager on which it
+  line (``TURN_JOIN``) with an offer, every live pub/sub connection of its manager on which it
   subscribed to the name's release channel at an earlier instant carries its
   subscription to its grants for that name, written no later than the release
   channel's. (A connection counts as the manager's once it carried a subscription to
@@ -32,9 +32,17 @@ subscriptions and turns, read on the wire:
   head sleeps on the PTTL its last attempt read, while the release it missed named
   its process: the others take the name after the fallback.)
 
-All four are judged where nothing delays a command (``world.quiet`` runs: no fault, or
-late subscriptions and dropped pub/sub connections only), pub/sub is not refused and
-the nodes are not clusters (whose processes take no turns); what breaks them goes to
+* **withdrawn at the next attempt** ("an offer made before it learnt is withdrawn at its
+  waiter's next attempt (a refresh of its entry without one, sent at once)"): a
+  manager whose subscription to a name's releases was refused (an error reply on that
+  pub/sub connection) after it wrote its entry with an offer sends its entry again
+  without one before its head's next attempt with that offer's token. (Kept, the
+  offer's grant is heard by nobody and takes the process out of line.)
+
+All five are judged where nothing delays a command (``world.quiet`` runs: no fault, or
+late subscriptions and dropped pub/sub connections only) and the nodes are not
+clusters (whose processes take no turns), pub/sub refused or not (the first four then
+find nothing to judge: no confirmation, no message); what breaks them goes to
 ``World.wire``. They read, never touch, the stores and the random streams: a run's
 schedule is the same with them or without. A connection the simulation opened for a
 process outside its context (a reconnection's) is labelled process -1: the rules match
@@ -47,6 +55,7 @@ from typing import TYPE_CHECKING
 
 import hiredis
 
+from aiolock._scripts import ACQUIRE_SCRIPT
 from aiolock._turn_scripts import TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
 
 from .server import ZSet
@@ -72,8 +81,8 @@ _OFFERS = b":turns:offers"
 
 
 class Subscriptions:
-    """What each pub/sub connection's client asked for and heard confirmed, and the
-    two rules above."""
+    """What each manager's connections asked for, heard and wrote, as the library
+    sees it, and the four rules above (World.subs, where they are judged)."""
 
     def __init__(self, world: World) -> None:
         self.world = world
@@ -112,6 +121,13 @@ class Subscriptions:
         #: (member, lock) for each plain lock whose line the manager is in (from its
         #: TURN_JOIN to its TURN_LEAVE): the rule above reads their heads' scripts.
         self.lines: set[tuple[bytes, bytes]] = set()
+        #: (member, lock) -> the token of the offer its last entry carried (None: none)
+        #: and when it wrote that entry.
+        self.entries: dict[tuple[bytes, bytes], tuple[bytes | None, float]] = {}
+        #: command connection -> the member whose entries it carried.
+        self.writers: dict[Link, bytes] = {}
+        #: pub/sub connection -> when its client first read a refusal there.
+        self.refusals: dict[Link, float] = {}
 
     # -- the client's side -----------------------------------------------------------
 
@@ -122,15 +138,19 @@ class Subscriptions:
             or TURN_LEAVE_SCRIPT.sha in data
             or b"PUBLISH" in data
             or (bool(self.wake_due) and b"EVALSHA" in data)
+            or (bool(self.refusals) and ACQUIRE_SCRIPT.sha in data)
         )
 
     def wrote(self, link: Link, data: bytes) -> None:
-        """What a client wrote on ``link``: subscriptions, and entries in a line."""
+        """What a client wrote on ``link``: subscriptions, entries in and out of a line,
+        "free" messages, and (while a head is due to try) scripts."""
         reader = hiredis.Reader()
         reader.feed(data)
         now = self.world.now
         while (command := reader.gets()) is not False:
             name = command[0].upper()
+            if name == b"EVALSHA" and len(command) > 5 and command[1] == ACQUIRE_SCRIPT.sha:
+                self._withdrawn(link, command[3], command[5])
             if name == b"EVALSHA" and self.wake_due and len(command) > 3:
                 tried = [
                     due
@@ -159,9 +179,13 @@ class Subscriptions:
                 and command[1] == TURN_JOIN_SCRIPT.sha
                 and command[3].endswith(_TURNS)
             ):
-                self.members[command[6]] = link.process
-                self.lines.add((command[6], command[3][: -len(_TURNS)]))
-                self._grants_with_releases(link.process, command[3][: -len(_TURNS)], command[6])
+                member, lock = command[6], command[3][: -len(_TURNS)]
+                self.members[member] = link.process
+                self.lines.add((member, lock))
+                self.writers[link] = member
+                self.entries[(member, lock)] = (command[12] if len(command) > 12 else None, now)
+                if len(command) > 12:  # (with an offer: a process polling makes none)
+                    self._grants_with_releases(link.process, lock, member)
             elif (
                 name == b"EVALSHA"
                 and len(command) == 7
@@ -181,10 +205,14 @@ class Subscriptions:
     def heard(self, link: Link, data: bytes) -> None:
         """What reached the client of pub/sub connection ``link``: confirmations, each
         of a subscription the client still asks for (an unsubscription's reply changes
-        nothing: the client stopped counting the channel as it wrote it)."""
+        nothing: the client stopped counting the channel as it wrote it), messages, and
+        refusals."""
         reader = self._readers.setdefault(link, hiredis.Reader())
         reader.feed(data)
         while (reply := reader.gets()) is not False:
+            if isinstance(reply, hiredis.ReplyError):  # (a SUBSCRIBE refused)
+                self.refusals.setdefault(link, self.world.now)
+                continue
             if not isinstance(reply, list) or len(reply) != 3:
                 continue
             if reply[1] not in self.written.get(link, {}):
@@ -195,6 +223,29 @@ class Subscriptions:
                     self._subscribed_again(link, reply[1])
             elif reply[0] == b"message" and (member := self.owners.get(link)) is not None:
                 self._message(member, reply[1], reply[2])
+
+    def _withdrawn(self, link: Link, lock: bytes, token: bytes) -> None:
+        """The "withdrawn at the next attempt" rule, as ``link``'s client writes an
+        attempt on ``lock`` with ``token``."""
+        member = self.writers.get(link)
+        entry = self.entries.get((member, lock)) if member is not None else None
+        if entry is None or entry[0] != token or (member, lock) not in self.lines:
+            return
+        released = lock + _RELEASED
+        refused = [
+            at
+            for pubsub, at in self.refusals.items()
+            if self.owners.get(pubsub) == member
+            and released in self.written.get(pubsub, {})
+            and at >= entry[1]
+        ]
+        if refused and (member, lock, entry[1]) not in self._told:
+            self._told.add((member, lock, entry[1]))
+            self.world.wire.append(
+                f"withdrawn at the next attempt: p{link.process} tried {lock.decode()} at "
+                f"{self.world.now:.6f} with the offer its entry carried since "
+                f"{entry[1]:.6f}, its subscription refused at {min(refused):.6f}"
+            )
 
     def _subscribed_again(self, link: Link, channel: bytes) -> None:
         """A confirmation of release channel ``channel`` reached ``link``'s client: is it
