@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING
 
 import hiredis
 
+from aiolock._keys import RELEASED_SUFFIX, grant_channel, release_channel, turn_keys
 from aiolock._scripts import ACQUIRE_SCRIPT
 from aiolock._turn_scripts import TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
 
@@ -74,10 +75,10 @@ ANNOUNCED_WITHIN = 0.01
 #: or after the turn queue's fallback (0.5 s and 10 % of jitter) where a release of its
 #: process gave way since (Queue.missed_release).
 WOKEN_WITHIN = 0.6
-_TURNS = b":turns"
-_RELEASED = b":released"
-_GRANTS = b":turn:"
-_OFFERS = b":turns:offers"
+# The suffixes of a lock's keys and channels (aiolock._keys), to read the lock back.
+_TURNS, _, _OFFERS = turn_keys(b"")
+_RELEASED = RELEASED_SUFFIX
+_GRANTS = grant_channel(b"", b"")
 
 
 class Subscriptions:
@@ -164,7 +165,7 @@ class Subscriptions:
                 written = self.written.setdefault(link, {})
                 for channel in command[1:]:
                     written.setdefault(channel, now)
-                    if b":turn:" in channel:
+                    if _GRANTS in channel:
                         self.owners[link] = channel.rsplit(b":", 1)[1]
             elif name == b"UNSUBSCRIBE":  # (its confirmation no longer counts: as
                 # for the library, a subscription written again waits for its own)
@@ -231,7 +232,7 @@ class Subscriptions:
         entry = self.entries.get((member, lock)) if member is not None else None
         if entry is None or entry[0] != token or (member, lock) not in self.lines:
             return
-        released = lock + _RELEASED
+        released = release_channel(lock)
         refused = [
             at
             for pubsub, at in self.refusals.items()
@@ -321,7 +322,7 @@ class Subscriptions:
 
     def _grants_with_releases(self, process: int, lock: bytes, member: bytes) -> None:
         now = self.world.now
-        released, grants = lock + b":released", lock + b":turn:" + member
+        released, grants = release_channel(lock), grant_channel(lock, member)
         for link, written in self.written.items():
             if link.process != process or link.dead or self.owners.get(link) != member:
                 continue
@@ -383,7 +384,7 @@ class Subscriptions:
                 if not seq.endswith(b"*") or process is None:
                     continue
                 lock = key[: -len(_OFFERS)]
-                confirmed = self._everywhere(process, lock + b":turn:" + member)
+                confirmed = self._everywhere(process, grant_channel(lock, member))
                 told = (node, key, offer, confirmed)
                 if confirmed is None or now - confirmed <= FIRM_AFTER or told in self._told:
                     continue
