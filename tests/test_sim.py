@@ -314,6 +314,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "turn-left-unannounced",
         "head-not-woken-when-subscribed-again",
         "refused-head-keeps-offer",
+        "waiter-sleeps-to-longest-ttl",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

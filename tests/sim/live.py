@@ -55,6 +55,9 @@ forgot is never taken: see Recorder.watch_orphans).
   (``Grants._held``, which gives late grants back): what is left there is a leak,
   or a lock the library still believes it holds. (This one holds with faults too.)
 
+How long a waiter sleeps after a failed attempt (no longer than a quorum needs) is
+judged where these are, by sleeps.py ("woken at the quorum's expiry").
+
 Not a rule: that the other processes take a name at most so many times in a row while
 a process waits. The library's turns do not promise it today (docs/project/testing.md,
 "Left alone, liveness": a process that joins the line again during its own turn, or
@@ -76,6 +79,7 @@ from typing import TYPE_CHECKING, Any
 from .world import excusing
 
 if TYPE_CHECKING:
+    from .sleeps import Sleeps
     from .workload import Holding, RWWait
     from .world import World
 
@@ -168,6 +172,9 @@ class Liveness:
         #: name -> each node's expiry of its key at the last sample (node milliseconds;
         #: -inf: none, inf: no ttl): a key can expire between two commands
         self.expiries: dict[str, list[float]] = {}
+        #: The rule "woken at the quorum's expiry" (sleeps.py), told of waits that end
+        #: and holdings that begin.
+        self.sleeps: Sleeps | None = None
 
     def _active(self) -> bool:
         # (A process's death excuses nothing here: what it held waits out its ttl,
@@ -193,12 +200,16 @@ class Liveness:
         if wait is None or wait not in waits:
             return
         self.sample()
+        if self.sleeps is not None:
+            self.sleeps.excused(name, waits[wait][1])
         del waits[wait]
         self.joined.discard(wait)
 
     def held(self, name: str, process: int, *, waited: bool) -> None:
         """A holding of the lock ``name`` by ``process`` began; ``waited``: its acquire
         waited (else it took the lock at its first try)."""
+        if self.sleeps is not None:
+            self.sleeps.excused(name, process)
         if not self._active():
             return
         now = self.world.now

@@ -41,6 +41,7 @@ from .live import (
     lost_without_a_fault,
     writers_first,
 )
+from .sleeps import Sleeps
 from .subs import Subscriptions
 from .workload import FOCI_HANDOVER, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
@@ -558,6 +559,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         world.grace = cfg.grace
     rec = Recorder(world)
     rec.live = Liveness(world, cfg.processes)
+    sleeps = world.sleeps = rec.live.sleeps = Sleeps(world, rec.live)
     if cfg.out_of_line or models.cluster:  # (nobody takes turns on a cluster)
         rec.live.streak_limit = OUT_OF_LINE_STREAK_LIMIT
         rec.live.racing = True
@@ -565,6 +567,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
 
     def observe() -> None:
         rec.live.sample()
+        sleeps.check()
         rec.watch()
 
     world.observer = observe

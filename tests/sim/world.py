@@ -49,6 +49,7 @@ from aiolock._scripts import EXTEND_MANY_SCRIPT, RELEASE_EITHER_SCRIPT, REPAIR_S
 from aiolock._turn_scripts import RELEASE_TURN_SCRIPT, TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
 
 from .server import Error, Status, Store, ZSet, encode
+from .sleeps import ACQUIRE_SHA, Sleeps
 from .subs import Subscriptions
 
 #: Which simulated process (manager) is running: set by the workload, read on connect.
@@ -865,6 +866,8 @@ class SimNode:
                 subs.check_announced()
             if subs.wake_due:
                 subs.check_woken()
+        if sha == ACQUIRE_SHA and self.world.sleeps is not None:
+            self.world.sleeps.ran(self.index, link.process, command, reply)
         if reply is not _NO_REPLY:
             link.reply(encode(reply))
         expires = self.store.expires
@@ -1143,6 +1146,9 @@ class World:
         #: The rules on a process's subscriptions to its grants (subs.py), where they
         #: are judged (see run.run); None elsewhere.
         self.subs: Subscriptions | None = None
+        #: The rule "woken at the quorum's expiry" (sleeps.py; judged where the
+        #: liveness rules are: run.run), or None.
+        self.sleeps: Sleeps | None = None
 
     @property
     def urls(self) -> list[str]:
