@@ -315,6 +315,8 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "head-not-woken-when-subscribed-again",
         "refused-head-keeps-offer",
         "waiter-sleeps-to-longest-ttl",
+        "drop-wakes-head-after-give-way",
+        "expired-release-wakes-head-after-give-way",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

@@ -56,7 +56,9 @@ forgot is never taken: see Recorder.watch_orphans).
   or a lock the library still believes it holds. (This one holds with faults too.)
 
 How long a waiter sleeps after a failed attempt (no longer than a quorum needs) is
-judged where these are, by sleeps.py ("woken at the quorum's expiry").
+judged where these are, by sleeps.py ("woken at the quorum's expiry"); how soon a head
+tries after its process's release named another process (no sooner than its own sleep
+ends), by given.py ("the turn given goes first").
 
 Not a rule: that the other processes take a name at most so many times in a row while
 a process waits. The library's turns do not promise it today (docs/project/testing.md,
@@ -202,6 +204,8 @@ class Liveness:
         self.sample()
         if self.sleeps is not None:
             self.sleeps.excused(name, waits[wait][1])
+        if self.world.given is not None:
+            self.world.given.wait_ended(name, waits[wait][1])
         del waits[wait]
         self.joined.discard(wait)
 
@@ -210,6 +214,8 @@ class Liveness:
         waited (else it took the lock at its first try)."""
         if self.sleeps is not None:
             self.sleeps.excused(name, process)
+        if self.world.given is not None:
+            self.world.given.held(name, process)
         if not self._active():
             return
         now = self.world.now

@@ -21,6 +21,7 @@ from typing import Any
 from unittest import mock
 
 import aiolock._handoff
+import aiolock._waiting
 from aiolock import LockManager
 
 from .check import (
@@ -34,6 +35,7 @@ from .check import (
     check_revived,
     check_told,
 )
+from .given import GivenTurns
 from .live import (
     OUT_OF_LINE_STREAK_LIMIT,
     Liveness,
@@ -554,6 +556,8 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     world.cluster = models.cluster
     if quiet(faults) and not models.cluster:
         world.subs = Subscriptions(world)
+        if not sizes:
+            world.given = GivenTurns(world, world.subs)
     world.skews = make_skews(seed, cfg)
     if cfg.grace is not None:
         world.grace = cfg.grace
@@ -619,6 +623,15 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         rec.live.given_back(channel.decode().partition("{")[2].partition("}")[0])
 
     world.on_unheard = unheard
+    wait_in_queue = aiolock._waiting.Waiting.acquire
+
+    async def queued(
+        self: Any, key: bytes, attempt: Any, deadline: float, *, taker: Any = None, **kwargs: Any
+    ) -> Any:
+        """Waiting.acquire, noting a plain lock's waiter as it queues (given.py)."""
+        if taker is not None and world.given is not None:
+            world.given.queue(taker[0], deadline)
+        return await wait_in_queue(self, key, attempt, deadline, taker=taker, **kwargs)
 
     with (
         virtual_process(world, seed),
@@ -626,6 +639,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         memories(chunks),
         logged.attached(),
         mock.patch("aiolock._grants.give_back", given_back),
+        mock.patch.object(aiolock._waiting.Waiting, "acquire", queued),
     ):
         try:
             with asyncio.Runner(loop_factory=lambda: world.loop) as runner:

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING
 import hiredis
 
 from aiolock._keys import RELEASED_SUFFIX, grant_channel, release_channel, turn_keys
-from aiolock._scripts import ACQUIRE_SCRIPT
+from aiolock._scripts import ACQUIRE_SCRIPT, NOT_FREE, SHORTENED
 from aiolock._turn_scripts import TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
 
 from .server import ZSet
@@ -129,6 +129,18 @@ class Subscriptions:
         self.writers: dict[Link, bytes] = {}
         #: pub/sub connection -> when its client first read a refusal there.
         self.refusals: dict[Link, float] = {}
+        #: pub/sub connection -> when its client read each refusal there (given.py).
+        self.refused: dict[Link, list[float]] = {}
+        #: (member, lock) -> when the manager last heard a message that lets its head
+        #: try at once: a release naming nobody or it, or a grant (given.py).
+        self.wakes: dict[tuple[bytes, bytes], float] = {}
+        #: (member, lock) -> when it last heard a release name another process: its head
+        #: tries at the fallback after it, unless a later one is heard (Entry.heard).
+        self.others: dict[tuple[bytes, bytes], float] = {}
+        #: (member, lock) -> when it heard a shortening or a confirmation of the lock's
+        #: release channel: after a give-way, each wakes its head at the fallback
+        #: (Queue._wake_unless_given_way, a timer nothing cancels).
+        self.delayed: dict[tuple[bytes, bytes], list[float]] = {}
 
     # -- the client's side -----------------------------------------------------------
 
@@ -213,6 +225,7 @@ class Subscriptions:
         while (reply := reader.gets()) is not False:
             if isinstance(reply, hiredis.ReplyError):  # (a SUBSCRIBE refused)
                 self.refusals.setdefault(link, self.world.now)
+                self.refused.setdefault(link, []).append(self.world.now)
                 continue
             if not isinstance(reply, list) or len(reply) != 3:
                 continue
@@ -222,6 +235,9 @@ class Subscriptions:
                 self.confirmed.setdefault(link, {}).setdefault(reply[1], self.world.now)
                 if reply[1].endswith(_RELEASED):
                     self._subscribed_again(link, reply[1])
+                    if (member := self.owners.get(link)) is not None:
+                        lock = reply[1][: -len(_RELEASED)]
+                        self.delayed.setdefault((member, lock), []).append(self.world.now)
             elif reply[0] == b"message" and (member := self.owners.get(link)) is not None:
                 self._message(member, reply[1], reply[2])
 
@@ -284,12 +300,19 @@ class Subscriptions:
         """A message reached manager ``member``: Entry.heard's view of its turn."""
         if channel.endswith(_RELEASED):
             lock = channel[: -len(_RELEASED)]
+            if message in (b"", member):  # (its head may try now: given.py)
+                self.wakes[(member, lock)] = self.world.now
+            elif message == SHORTENED:  # (after a give-way: a wake-up at the fallback)
+                self.delayed.setdefault((member, lock), []).append(self.world.now)
+            elif message != NOT_FREE:  # (names another: its head tries at the fallback)
+                self.others[(member, lock)] = self.world.now
             if message == b"":
                 self.named.pop((member, lock), None)
             elif message == member:
                 self.named.setdefault((member, lock), self.world.now)
         elif channel.endswith(_GRANTS + member):
             lock = channel[: -len(_GRANTS + member)]
+            self.wakes[(member, lock)] = self.world.now
             self.named.pop((member, lock), None)
             self.granted[(member, lock)] = self.world.now
             self.wake_due.pop((member, lock), None)

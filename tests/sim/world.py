@@ -48,6 +48,8 @@ from aiolock._node import MIN_STALL_TIMEOUT
 from aiolock._scripts import EXTEND_MANY_SCRIPT, RELEASE_EITHER_SCRIPT, REPAIR_SCRIPT
 from aiolock._turn_scripts import RELEASE_TURN_SCRIPT, TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
 
+from .given import SHAS as GIVEN_SHAS
+from .given import GivenTurns
 from .server import Error, Status, Store, ZSet, encode
 from .sleeps import ACQUIRE_SHA, Sleeps
 from .subs import Subscriptions
@@ -572,6 +574,8 @@ class Link:
         self.reader = hiredis.Reader()
         self.channels: set[tuple[bytes, bool]] = set()
         self.dead = False
+        #: When it was reset (sever), if it was.
+        self.died_at: float | None = None
         self._closed_by_client = False
         #: When the client last wrote a renewal batch's chunk here (see from_client).
         self.batch_written = -math.inf
@@ -716,6 +720,7 @@ class Link:
         if self.dead:
             return
         self.dead = True
+        self.died_at = self.world.now
         in_flight = self.up.cut()
         self.down.cut()
         if apply:
@@ -766,8 +771,9 @@ class SimNode:
         self.backlog: deque[tuple[Link, list[bytes]]] = deque()
         self.down_until = 0.0
         self.executed = 0
-        #: The channels published on by the command running (see _execute).
+        #: The channels published on by the command running (see _execute), and what.
         self.published: list[bytes] = []
+        self.messages: list[tuple[bytes, bytes]] = []
 
     def _new_run_id(self) -> bytes:
         return b"%040x" % self.world.rng.getrandbits(160)
@@ -801,6 +807,7 @@ class SimNode:
         other = data.get(command[3]) if repairing else None
         expired = sha == RELEASE_TURN_SCRIPT.sha and not self._alive(command[3])
         self.published.clear()
+        self.messages.clear()
         reply = self._session_command(link, command)
         if sha == TURN_JOIN_SCRIPT.sha and len(command) == 9 and command[2] == b"3":
             offers = data.get(command[5])
@@ -868,6 +875,8 @@ class SimNode:
                 subs.check_woken()
         if sha == ACQUIRE_SHA and self.world.sleeps is not None:
             self.world.sleeps.ran(self.index, link.process, command, reply)
+        if sha in GIVEN_SHAS and self.world.given is not None:
+            self.world.given.ran(link, sha, command, reply, self.messages)
         if reply is not _NO_REPLY:
             link.reply(encode(reply))
         expires = self.store.expires
@@ -935,6 +944,7 @@ class SimNode:
 
     def publish(self, channel: bytes, message: bytes, sharded: bool) -> int:
         self.published.append(channel)
+        self.messages.append((channel, message))
         count = 0
         kind = b"smessage" if sharded else b"message"
         for link in self.sessions:
@@ -1149,6 +1159,12 @@ class World:
         #: The rule "woken at the quorum's expiry" (sleeps.py; judged where the
         #: liveness rules are: run.run), or None.
         self.sleeps: Sleeps | None = None
+        #: The rule "the turn given goes first" (given.py; where subs.py's are judged,
+        #: with the library's memory sizes: run.run), or None.
+        self.given: GivenTurns | None = None
+        #: process -> how many ``lock_many`` operations it runs now (their waits are
+        #: not watched: given.py leaves the process alone meanwhile).
+        self.many: dict[int, int] = {}
 
     @property
     def urls(self) -> list[str]:
