@@ -18,17 +18,16 @@
   another (Entry._pass_over), or 0.5 to 0.55 s after a wake-up put off so (a
   shortening or a confirmation heard, a connection lost or refused, at any time:
   Queue._wake_unless_given_way sets a timer nothing cancels); or the fallback (0.5 s)
-  passed since the release; or a wait of its process for the lock ended without it
+  passed since the release; or a waiter of its process left the queue without it
   (a new head tries at once, or after 50 ms); or the attempt was the head's last, at
   its deadline.
 
 Judged where the rules of subs.py are (``world.quiet`` runs, no cluster: world.subs)
-and the library's memory sizes are its own (the waits are watched: live.py), for
-managers in line (a release that carries their member; a process waiting out of line
-names none), not while their process runs a ``lock_many`` (whose waits the workload
-does not watch: World.many). A violation goes to ``World.wire``. It reads, never
-touches, the stores and the random streams: a run's schedule is the same with it or
-without.
+with the library's memory sizes, for managers in line (a release that carries their
+member; a process waiting out of line names none). A violation goes to ``World.wire``.
+It reads, never touches, the stores and the random streams: a run's schedule is the
+same with it or without (run.run's wrapper of ``Waiting.acquire`` only notes who
+queues and who leaves).
 """
 
 from __future__ import annotations
@@ -37,30 +36,24 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from aiolock._keys import RELEASED_SUFFIX, grant_channel
+from aiolock._queue import GAVE_WAY_POLL, POLL_INTERVAL
 from aiolock._scripts import ACQUIRE_SCRIPT, PASS_ON_SCRIPT
 from aiolock._turn_scripts import RELEASE_TURN_SCRIPT
+from aiolock._turns import FALLBACK
+from aiolock._waiting import EXPIRY_SLACK, UNKNOWN_HOLDER_WAIT
 
 if TYPE_CHECKING:
     from .subs import Subscriptions
     from .world import Link, World
 
-#: The turn queue's fallback (aiolock._turns.FALLBACK, seconds): from then on the head
-#: may try whatever it heard.
-FALLBACK = 0.5
-#: A polling head holds back this long after a release of its process gave way
-#: (aiolock._queue.GAVE_WAY_POLL), and polls at least this often (POLL_INTERVAL).
-GAVE_WAY_POLL = 0.1 * 1.1 + 0.05
-POLL_INTERVAL = 0.1
-#: The library's margin on a PTTL (aiolock._waiting.EXPIRY_SLACK), and the slowest
+#: The library's own (its turn queue's fallback, a polling head's holding back and
+#: poll, its margin on a PTTL, its sleep when no PTTL was read), and the slowest
 #: clock's rate (run.DRIFT: within 1 ± 0.009).
-EXPIRY_SLACK = 0.002
 SLOWEST = 1.01
 #: Leeway for the instants compared (a command takes under a millisecond here).
 EPSILON = 0.002
-#: The library's drift allowance on a validity (1 % and 2 ms), and a head's sleep when
-#: its attempt read no PTTL (aiolock._waiting.UNKNOWN_HOLDER_WAIT).
+#: The library's drift allowance on a validity (1 % and 2 ms: aiolock._quorum).
 DRIFT_ALLOWANCE = 0.01
-UNKNOWN_HOLDER_WAIT = 0.05
 SHAS = (ACQUIRE_SCRIPT.sha, RELEASE_TURN_SCRIPT.sha, PASS_ON_SCRIPT.sha)
 _RELEASED = RELEASED_SUFFIX
 _GRANTS = grant_channel(b"", b"")
@@ -89,11 +82,9 @@ class GivenTurns:
         #: run of the attempt or handoff, less a millisecond) and how long the next
         #: head sleeps on it at least (its validity: None where not known, a grant's).
         self.taken: dict[tuple[bytes, bytes], tuple[float, float | None]] = {}
-        #: (process, lock name) -> when a wait of it last ended without the lock (at
-        #: its deadline, or cancelled: live.Liveness.ends, undone by Liveness.held).
-        self.ended: dict[tuple[int, str], float] = {}
+        #: (process, key) -> when a waiter of it last left its queue without the lock.
+        self.ended: dict[tuple[int, bytes], float] = {}
         self._told: set[tuple[bytes, bytes, float]] = set()
-        self._last_end: tuple[tuple[int, str], float | None, float] | None = None
 
     # -- the nodes' side -------------------------------------------------------------
 
@@ -187,7 +178,6 @@ class GivenTurns:
             or self.subs.wakes.get((member, key), -1.0) >= at
             or now >= self.subs.others.get((member, key), math.inf) + FALLBACK - EPSILON
             or self._woken_late(process, member, key)
-            or self.world.many.get(process, 0) > 0
             or (member, key, at) in self._told
         ):
             return
@@ -200,7 +190,7 @@ class GivenTurns:
             began, valid = self.taken.get((member, key), (-1.0, None))
             if valid is None or began < queued:
                 return
-            if self.ended.get((process, name), -1.0) >= queued:
+            if self.ended.get((process, key), -1.0) >= queued:
                 return  # (a waiter left: the next may try at once, or after 50 ms)
             sleep = valid
         due = began + sleep
@@ -238,18 +228,7 @@ class GivenTurns:
         ``deadline`` (loop time: the world's)."""
         self.queued.setdefault(token, (self.world.now, deadline))
 
-    def wait_ended(self, name: str, process: int) -> None:
-        """A wait of ``process`` for the lock ``name`` ended (live.Liveness.ends)."""
-        self._last_end = ((process, name), self.ended.get((process, name)), self.world.now)
-        self.ended[(process, name)] = self.world.now
-
-    def held(self, name: str, process: int) -> None:
-        """A holding of ``name`` by ``process`` began (live.Liveness.held): the wait that
-        ended at this instant took the lock (the workload tells that end first)."""
-        last = self._last_end
-        if last is not None and last[0] == (process, name) and last[2] == self.world.now:
-            if last[1] is None:
-                del self.ended[(process, name)]
-            else:
-                self.ended[(process, name)] = last[1]
-            self._last_end = None
+    def left(self, key: bytes, process: int) -> None:
+        """A waiter of ``process`` for ``key`` left its queue without the lock (at its
+        deadline, or cancelled: run.run wraps Waiting.acquire)."""
+        self.ended[(process, key)] = self.world.now

@@ -204,8 +204,6 @@ class Liveness:
         self.sample()
         if self.sleeps is not None:
             self.sleeps.excused(name, waits[wait][1])
-        if self.world.given is not None:
-            self.world.given.wait_ended(name, waits[wait][1])
         del waits[wait]
         self.joined.discard(wait)
 
@@ -214,8 +212,6 @@ class Liveness:
         waited (else it took the lock at its first try)."""
         if self.sleeps is not None:
             self.sleeps.excused(name, process)
-        if self.world.given is not None:
-            self.world.given.held(name, process)
         if not self._active():
             return
         now = self.world.now

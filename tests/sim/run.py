@@ -628,10 +628,18 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     async def queued(
         self: Any, key: bytes, attempt: Any, deadline: float, *, taker: Any = None, **kwargs: Any
     ) -> Any:
-        """Waiting.acquire, noting a plain lock's waiter as it queues (given.py)."""
-        if taker is not None and world.given is not None:
-            world.given.queue(taker[0], deadline)
-        return await wait_in_queue(self, key, attempt, deadline, taker=taker, **kwargs)
+        """Waiting.acquire, noting a plain lock's waiter as it queues, and any waiter as
+        it leaves its queue without the lock (given.py)."""
+        given = world.given
+        if given is not None and taker is not None:
+            given.queue(taker[0], deadline)
+        outcome = None
+        try:
+            outcome = await wait_in_queue(self, key, attempt, deadline, taker=taker, **kwargs)
+        finally:
+            if given is not None and (outcome is None or outcome.expires_at is None):
+                given.left(key, current_process.get())
+        return outcome
 
     with (
         virtual_process(world, seed),

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from aiolock._scripts import ACQUIRE_SCRIPT
+from aiolock._waiting import EXPIRY_SLACK, UNKNOWN_HOLDER_WAIT
 
 if TYPE_CHECKING:
     from .live import Liveness
@@ -40,10 +41,8 @@ if TYPE_CHECKING:
 KEY = b"aiolock:{%s}"
 #: The sha of the plain lock's attempt (SimNode._execute calls :meth:`Sleeps.ran`).
 ACQUIRE_SHA = ACQUIRE_SCRIPT.sha
-#: The library's own margin on a PTTL (aiolock._waiting.EXPIRY_SLACK, seconds), and its
-#: jitter (up to 10 % more), and the nodes' clock rates (within 1 ± 0.009: run.DRIFT),
-#: as a factor.
-EXPIRY_SLACK = 0.002
+#: The library's jitter on its sleep (up to 10 % more), and the nodes' clock rates
+#: (within 1 ± 0.009: run.DRIFT), as a factor (its margin: EXPIRY_SLACK).
 STRETCH = 1.1 * 1.02
 #: What may come between a waiter's wake-up and its next attempt, seconds: a polling
 #: head's holding back after its release gave way (0.16 s), a split vote's random pause
@@ -90,7 +89,7 @@ class Sleeps:
         )
         now = self.world.now
         kth = pttls[max(1, quorum - (n - len(pttls))) - 1] if pttls else 0
-        sleep = (kth / 1000 + EXPIRY_SLACK) * STRETCH if pttls else 0.05 * 1.1
+        sleep = (kth / 1000 + EXPIRY_SLACK) * STRETCH if pttls else UNKNOWN_HOLDER_WAIT * 1.1
         ordered = [replies[i] for i in range(n)]
         self.due[(process, key)] = (now, now + sleep + SLACK, kth, ordered)
 

@@ -1233,20 +1233,13 @@ class Worker:
             self.locks.lock_many(names, ttl=self._ttl(), timeout=self._timeout()), *names
         )
         self.began = self.now()
-        running = self.rec.world.many  # (its waits are not watched: given.py)
-        running[self.process] = running.get(self.process, 0) + 1
-        try:
-            async with many:
-                tokens = many.fencing_tokens or {}
-                holds = [
-                    self._holding(
-                        ("lock", n), "x", many, tokens.get(n), tokens.get(n), renewed=True
-                    )
-                    for n in names
-                ]
-                await self._body(many, holds, self._work(1.5, many.ttl))
-        finally:
-            running[self.process] -= 1
+        async with many:
+            tokens = many.fencing_tokens or {}
+            holds = [
+                self._holding(("lock", n), "x", many, tokens.get(n), tokens.get(n), renewed=True)
+                for n in names
+            ]
+            await self._body(many, holds, self._work(1.5, many.ttl))
 
 
 async def run_processes(world: World, cfg: Config, rec: Recorder, seed: int) -> None:

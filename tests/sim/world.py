@@ -1162,9 +1162,6 @@ class World:
         #: The rule "the turn given goes first" (given.py; where subs.py's are judged,
         #: with the library's memory sizes: run.run), or None.
         self.given: GivenTurns | None = None
-        #: process -> how many ``lock_many`` operations it runs now (their waits are
-        #: not watched: given.py leaves the process alone meanwhile).
-        self.many: dict[int, int] = {}
 
     @property
     def urls(self) -> list[str]:
