@@ -127,9 +127,8 @@ class Subscriptions:
         self.entries: dict[tuple[bytes, bytes], tuple[bytes | None, float]] = {}
         #: command connection -> the member whose entries it carried.
         self.writers: dict[Link, bytes] = {}
-        #: pub/sub connection -> when its client first read a refusal there.
-        self.refusals: dict[Link, float] = {}
-        #: pub/sub connection -> when its client read each refusal there (given.py).
+        #: pub/sub connection -> when its client read each refusal there (the first:
+        #: "withdrawn at the next attempt"; each: given.py).
         self.refused: dict[Link, list[float]] = {}
         #: (member, lock) -> when the manager last heard a message that lets its head
         #: try at once: a release naming nobody or it, or a grant (given.py).
@@ -151,7 +150,7 @@ class Subscriptions:
             or TURN_LEAVE_SCRIPT.sha in data
             or b"PUBLISH" in data
             or (bool(self.wake_due) and b"EVALSHA" in data)
-            or (bool(self.refusals) and ACQUIRE_SCRIPT.sha in data)
+            or (bool(self.refused) and ACQUIRE_SCRIPT.sha in data)
         )
 
     def wrote(self, link: Link, data: bytes) -> None:
@@ -224,7 +223,6 @@ class Subscriptions:
         reader.feed(data)
         while (reply := reader.gets()) is not False:
             if isinstance(reply, hiredis.ReplyError):  # (a SUBSCRIBE refused)
-                self.refusals.setdefault(link, self.world.now)
                 self.refused.setdefault(link, []).append(self.world.now)
                 continue
             if not isinstance(reply, list) or len(reply) != 3:
@@ -251,7 +249,7 @@ class Subscriptions:
         released = release_channel(lock)
         refused = [
             at
-            for pubsub, at in self.refusals.items()
+            for pubsub, (at, *_) in self.refused.items()
             if self.owners.get(pubsub) == member
             and released in self.written.get(pubsub, {})
             and at >= entry[1]
