@@ -317,6 +317,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "waiter-sleeps-to-longest-ttl",
         "drop-wakes-head-after-give-way",
         "expired-release-wakes-head-after-give-way",
+        "earlier-wake-up-after-give-way",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

@@ -895,6 +895,18 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "the turn given goes first",
     ),
+    # From FINAL_FROM (nineteenth session), a body may end with an extend(): found by
+    # the search focused on turns from 2**51 against the mutant (215 schedules, 85 s;
+    # shrunk with it applied to two drops of pub/sub connections): p1's tasks ended
+    # bodies with a shortening extend() and released at once, its head woken by the
+    # shortening during its attempt; after the release that gave way it tried again at
+    # once and won, 8 holdings in a row (a lost kill since the thirteenth session).
+    (
+        "a release that gives way leaves its head's earlier wake-up standing",
+        2251799813689047,
+        [1, 2],
+        "streak",
+    ),
 ]
 
 

@@ -44,6 +44,7 @@ from .world import (
     ATTACH_FROM,
     BASE_LATENCY,
     DEATH_FROM,
+    FINAL_FROM,
     FOCUS_FROM,
     HANDOVER_FROM,
     LAG_FROM,
@@ -746,6 +747,9 @@ class Worker:
         #: From ATTACH_FROM on: whether a handover extends its lock longer before it
         #: detaches it (Worker.op_handover), drawn apart as the limits are.
         self.attaching = random.Random(f"attach-{seed}-{owner}") if seed >= ATTACH_FROM else None
+        #: From FINAL_FROM on: whether a body that may extend ends with an extend(),
+        #: and by how much (Worker._body), drawn apart as the limits are.
+        self.finals = random.Random(f"final-{seed}-{owner}") if seed >= FINAL_FROM else None
         self.process = int(owner[1:].split("t", maxsplit=1)[0])
         self.serial = itertools.count()
         self.cancelled_in_extend = False
@@ -878,6 +882,10 @@ class Worker:
                     await asyncio.sleep(CHASE_STEP)
                     continue
                 if now >= until:
+                    if extend and self.finals is not None and self.finals.random() < 0.5:
+                        # Its last batch done, a worker that extends after each one:
+                        # released at once after (see world.FINAL_FROM).
+                        await self._extend(handle, holds, factor=self.finals.uniform(0.2, 1.5))
                     self.rec.nudge([h.domain[1] for h in holds if h.domain[0] == "lock"])
                     return
                 if extend and self.rng.random() < 0.08:

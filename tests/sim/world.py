@@ -197,8 +197,15 @@ ATTACH_FROM = 2**49
 #: the liveness rules judge them (a waiter asleep on the longer PTTL it read, the
 #: name free, is "idle"). And a focused run whose handovers extend sets its
 #: ``restart_grace`` to the longest ttl they ask for (before, twice the ttl for three
-#: times: the user's misconfiguration). The search starts here.
+#: times: the user's misconfiguration).
 HANDOVER_FROM = 2**50
+#: Seeds from here on end half the bodies that may extend their lock with one more
+#: ``extend()`` (shorter or longer, drawn from a stream of their own), released at
+#: once after it (``Worker._body``): a worker that extends after each batch, its last
+#: batch done. A shortening one is announced, and the heads of its own process hear it
+#: as its release goes out (the schedule of seed 17592286046564, which a body's steps
+#: 2 to 60 ms apart seldom gave). The search starts here (nineteenth session).
+FINAL_FROM = 2**51
 #: The simulated sockets' file descriptors start here (far above any real one).
 SOCKET_FDS = 1 << 24
 #: The stall watchdog's time in the runs (``aiolock._node``: 20 x node_timeout is less):
