@@ -121,6 +121,10 @@ class Subscriber(ReplyReader):
         self._on_message = on_message
         self._on_reset = on_reset
         self._channels: dict[bytes, list[asyncio.Future[None]]] = {}
+        # Per channel, the (un)subscribe requests written on this connection whose reply
+        # has not come: the node answers each in order, and only the last one's reply
+        # says where the channel stands (see _answered).
+        self._owed: dict[bytes, int] = {}
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         #: Why the node does not do pub/sub for us, if it does not (see the class).
@@ -179,12 +183,15 @@ class Subscriber(ReplyReader):
             if not future.done():
                 future.cancel()
         if self._transport is not None:
+            self._owed[channel] = self._owed.get(channel, 0) + 1
             self._transport.write(pack((self._unsubscribe_command, channel)))
 
     def _ask(self, channels: tuple[bytes, ...]) -> None:
         transport = self._transport
         if transport is None:
             return
+        for channel in channels:
+            self._owed[channel] = self._owed.get(channel, 0) + 1
         if not self._sharded:
             transport.write(pack((b"SUBSCRIBE", *channels)))
             return
@@ -211,6 +218,7 @@ class Subscriber(ReplyReader):
                 self._attach(opened)
                 self._confirmed_on_connection = False
                 self._asked.clear()
+                self._owed.clear()
                 if self._channels:
                     self._ask(tuple(self._channels))
                 return
@@ -232,6 +240,7 @@ class Subscriber(ReplyReader):
                 error = error_from_reply(self.name, str(reply))
                 asked = self._asked.popleft() if self._asked else None
                 if asked is not None and self._on_moved is not None and is_moved(error):
+                    self._answered(asked)
                     self._moved(asked, error)
                     continue
                 self._refuse(error)
@@ -241,18 +250,38 @@ class Subscriber(ReplyReader):
             kind, channel = reply[0], reply[1]
             if kind in (b"message", b"smessage"):
                 self._on_message(channel, reply[2])
-            elif kind == b"sunsubscribe" and channel in self._channels:
-                # Not asked for (ours pop the channel first): its slot moved away.
-                self._moved(channel, None)
+            elif kind in (b"unsubscribe", b"sunsubscribe"):
+                ours = self._answered(channel)
+                if not ours and kind == b"sunsubscribe" and channel in self._channels:
+                    # Not asked for: its slot moved away.
+                    self._moved(channel, None)
             elif kind in (b"subscribe", b"ssubscribe"):
                 if self._asked and self._asked[0] == channel:
                     self._asked.popleft()
                 self._confirmed_on_connection = True
                 self._drops = 0
                 waiting = self._channels.get(channel)
-                if waiting:
+                if self._answered(channel) <= 1 and waiting:  # (the last request's reply)
                     _confirm(waiting)
                     waiting.clear()
+
+    def _answered(self, channel: bytes) -> int:
+        """A reply to a request of ours on ``channel`` came: how many were owed.
+
+        0: it answers none of ours (a server drops a sharded channel unasked).
+
+        Only the reply to the last request confirms a subscription: a ``SUBSCRIBE``
+        whose reply is still on its way when the channel is let go and asked for again
+        (a queue that empties and fills at once) is answered before the node has read
+        the ``UNSUBSCRIBE`` and the new ``SUBSCRIBE``. Taken for the new one's, it said
+        subscribed while the node was about to drop the channel: the waiters' process
+        offered firmly to take the lock, and a grant to it went unheard (the
+        simulation's seed 2251799813703477).
+        """
+        owed = self._owed.pop(channel, 0)
+        if owed > 1:
+            self._owed[channel] = owed - 1
+        return owed
 
     def on_lost(self, protocol: ReplyProtocol, exc: Exception | None) -> None:
         if not self._current(protocol):

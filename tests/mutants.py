@@ -1055,6 +1055,19 @@ MUTANTS = [
         "        if False:",
         ("tests/test_lock.py::test_an_extend_confirmed_after_its_validity_ran_out_says_so",),
     ),
+    # The nineteenth session's fix (seed 2251799813703477, subscriptions held back): a
+    # subscription made again took the reply to the one before for its confirmation.
+    Mutant(
+        "a subscription made again is confirmed by the reply to the one before",
+        "aiolock/_pubsub.py",
+        "if self._answered(channel) <= 1 and waiting:",
+        "if self._answered(channel) >= 0 and waiting:",
+        (
+            "tests/test_waiting.py::test_a_subscription_made_again_waits_for_its_own_confirmation",
+            "tests/test_turns.py::"
+            "test_a_process_whose_queue_fills_again_as_its_confirmations_lag_stays_in_line",
+        ),
+    ),
 ]
 
 

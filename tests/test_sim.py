@@ -318,6 +318,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "drop-wakes-head-after-give-way",
         "expired-release-wakes-head-after-give-way",
         "earlier-wake-up-after-give-way",
+        "subscription-confirmed-by-reply-before",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

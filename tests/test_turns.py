@@ -39,7 +39,7 @@ from aiolock import LockManager
 from aiolock._keys import turn_keys
 from aiolock._turn_scripts import TURN_LEAVE
 from aiolock._waiting import LOCAL_STREAK
-from aiolock.testing import nemesis
+from aiolock.testing import command, nemesis
 
 from .conftest import count_attempts, in_line, key, scripts_run, two_in_line
 from .test_failures import MINIMAL_ACL
@@ -1366,6 +1366,54 @@ async def _then_the_head(line: Line) -> None:
     await named.release()
     assert await asyncio.wait_for(head_waits, 20)
     await head.release()
+
+
+async def test_a_process_whose_queue_fills_again_as_its_confirmations_lag_stays_in_line(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    # Found by the simulation's streak rule (seed 2251799813703477, subscriptions held
+    # back). A process's queue for a name emptied while the nodes' confirmations of its
+    # subscriptions were on their way, and a new waiter subscribed again at once. The
+    # old confirmations came first and were taken for the new ones: its offer went
+    # firm while the nodes, past the UNSUBSCRIBE and not yet at the new SUBSCRIBE, had
+    # it on no channel. The release that named it granted the lock to nobody: undone,
+    # and the process taken out of line (its rival then held the name 8 times in a
+    # row). Until its own confirmations come, its offer stays tentative: a grant
+    # unheard is undone, and the process stays in line.
+    turns = key(name) + ":turns"
+
+    def pubsub(link: Any) -> bool:
+        return link.kind == "pubsub"
+
+    async with nemesis(urls) as net, LockManager(net.urls) as lagging, LockManager(urls) as other:
+        holder = other.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        for proxy in net:  # the nodes' confirmations reach the lagging process 0.3 s late
+            proxy.delay_replies(0.3, links=pubsub)
+        first = asyncio.create_task(lagging.lock(name, ttl=30).acquire(timeout=20))
+        pattern = key(name) + ":turn:*"
+        for _ in range(500):  # until every node has its subscription to its grants
+            if all([await c.pubsub_channels(pattern) for c in clients]):
+                break
+            await asyncio.sleep(0.01)
+        for proxy in net:  # a subscription from now on reaches the node 2 s late
+            proxy.hold(command("SUBSCRIBE"), 2.0, links=pubsub)
+        first.cancel()  # its queue empties (UNSUBSCRIBE) and fills again (SUBSCRIBE)
+        waiter = lagging.lock(name, ttl=30, auto_renew=False)
+        waits = asyncio.create_task(waiter.acquire(timeout=20))
+        await in_line(clients, name, 1)
+        await asyncio.sleep(0.6)  # the replies to the first subscriptions have come
+        # The nodes have it on no channel of its grants (the new SUBSCRIBEs are held).
+        assert [await c.pubsub_channels(pattern) for c in clients] == [[]] * len(clients)
+        assert all(seq.endswith(b"*") for seq in await _offer_seqs(clients, name)), (
+            "its offer went firm on the replies to the subscriptions before"
+        )
+        await holder.release()  # names it: the grant, unheard, is undone
+        assert [await c.zcard(turns) for c in clients] == [1] * len(clients), (
+            "its unheard grant took it out of line"
+        )
+        assert await asyncio.wait_for(waits, 20)  # woken by its own confirmations
+        await waiter.release()
 
 
 def _hears_late(manager: LockManager, seconds: float) -> None:

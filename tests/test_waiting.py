@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import math
 import subprocess
 import sys
 import time
@@ -16,8 +17,9 @@ import pytest
 import redis.asyncio as redis
 
 from aiolock import Lock, LockLost, LockManager, LockNotOwned, _scripts
+from aiolock._pubsub import Subscriber
 from aiolock._waiting import Outcome, Taker
-from aiolock.testing import Servers, nemesis, script
+from aiolock.testing import Servers, command, nemesis, script
 
 from .conftest import TurnScripts, count_attempts, elsewhere, key, scripts_run, settled_keys
 
@@ -748,3 +750,45 @@ async def test_a_local_waiter_wakes_when_its_process_shortens_the_lock(
     took = time.monotonic() - started
     assert took < 1.5, f"the waiter slept {took:.2f} s on the longer validity"
     await waiter.release()
+
+
+async def _subscribed(client: redis.Redis, channel: bytes, count: int) -> None:
+    """Until the node has ``count`` subscribers on ``channel`` (its own view)."""
+    for _ in range(500):
+        if dict(await client.pubsub_numsub(channel)).get(channel) == count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{channel!r} never had {count} subscribers")
+
+
+async def test_a_subscription_made_again_waits_for_its_own_confirmation(
+    urls: list[str], name: str
+) -> None:
+    """Found by the simulation (seed 2251799813703477, subscriptions held back): a
+    process's queue for a name emptied while a node's confirmation of its SUBSCRIBE
+    was on its way, and a new waiter subscribed again at once (UNSUBSCRIBE, then
+    SUBSCRIBE, on the one connection). The old confirmation came first and was taken
+    for the new one: the process offered firmly to take the lock while the node, past
+    the UNSUBSCRIBE and not yet at the SUBSCRIBE, had it on no channel. Its grant went
+    unheard, was undone, and the process was dropped from the line (its rival then
+    held the name 8 times in a row). Each request's reply comes in order: only the
+    last one's confirms."""
+    channel = f"aiolock-test:{name}".encode()
+    async with nemesis(urls[:1]) as net, redis.Redis.from_url(urls[0]) as client:
+        subscriber = Subscriber(net.urls[0], on_message=lambda *_: None, on_reset=lambda: None)
+        try:
+            net[0].delay_replies(0.3)  # the node's confirmations take 0.3 s
+            first = subscriber.subscribe(channel)
+            await _subscribed(client, channel, 1)
+            net[0].hold(command("SUBSCRIBE"), math.inf, count=1)  # the next one waits
+            subscriber.unsubscribe(channel)
+            again = subscriber.subscribe(channel)
+            await _subscribed(client, channel, 0)  # the node read the UNSUBSCRIBE
+            await asyncio.sleep(0.6)  # and both replies came (the first SUBSCRIBE's too)
+            assert first.cancelled()
+            assert not again.done(), "confirmed by the reply to the SUBSCRIBE before"
+            net[0].flush()
+            await asyncio.wait_for(again, 5)
+            assert dict(await client.pubsub_numsub(channel)).get(channel) == 1
+        finally:
+            await subscriber.aclose()

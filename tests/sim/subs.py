@@ -92,6 +92,10 @@ class Subscriptions:
         self.written: dict[Link, dict[bytes, float]] = {}
         #: link -> channel -> when the node's confirmation reached the client.
         self.confirmed: dict[Link, dict[bytes, float]] = {}
+        #: (link, channel) -> the client's (un)subscriptions there whose reply has not
+        #: reached it: the node answers them in order, and only the last one's reply
+        #: confirms (as for the library: aiolock._pubsub.Subscriber._answered).
+        self.owed: dict[tuple[Link, bytes], int] = {}
         self._readers: dict[Link, hiredis.Reader] = {}
         #: member -> the process whose entries carry it.
         self.members: dict[bytes, int] = {}
@@ -171,6 +175,9 @@ class Subscriptions:
                 ]
                 for due in tried:  # (its head tried: a script on the lock's key)
                     del self.wake_due[due]
+            if name in (b"SUBSCRIBE", b"UNSUBSCRIBE"):
+                for channel in command[1:]:
+                    self.owed[(link, channel)] = self.owed.get((link, channel), 0) + 1
             if name == b"SUBSCRIBE":
                 self.opened.setdefault(link, now)
                 written = self.written.setdefault(link, {})
@@ -216,9 +223,10 @@ class Subscriptions:
 
     def heard(self, link: Link, data: bytes) -> None:
         """What reached the client of pub/sub connection ``link``: confirmations, each
-        of a subscription the client still asks for (an unsubscription's reply changes
-        nothing: the client stopped counting the channel as it wrote it), messages, and
-        refusals."""
+        of a subscription the client still asks for, by the reply to its last request
+        there (an unsubscription's reply changes nothing: the client stopped counting
+        the channel as it wrote it; nor does the reply to a subscription written before
+        it, seed 2251799813703477), messages, and refusals."""
         reader = self._readers.setdefault(link, hiredis.Reader())
         reader.feed(data)
         while (reply := reader.gets()) is not False:
@@ -227,6 +235,11 @@ class Subscriptions:
                 continue
             if not isinstance(reply, list) or len(reply) != 3:
                 continue
+            if reply[0] in (b"subscribe", b"unsubscribe"):
+                owed = self.owed.pop((link, reply[1]), 0)
+                if owed > 1:
+                    self.owed[(link, reply[1])] = owed - 1
+                    continue  # (a later request's reply is to come)
             if reply[1] not in self.written.get(link, {}):
                 continue  # (the client no longer listens there)
             if reply[0] == b"subscribe":
