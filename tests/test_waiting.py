@@ -752,17 +752,20 @@ async def test_a_local_waiter_wakes_when_its_process_shortens_the_lock(
     await waiter.release()
 
 
-async def _subscribed(client: redis.Redis, channel: bytes, count: int) -> None:
+async def _subscribed(client: redis.Redis, channel: bytes, count: int, *, sharded: bool) -> None:
     """Until the node has ``count`` subscribers on ``channel`` (its own view)."""
     for _ in range(500):
-        if dict(await client.pubsub_numsub(channel)).get(channel) == count:
+        word = "SHARDNUMSUB" if sharded else "NUMSUB"
+        _, now = await client.execute_command("PUBSUB", word, channel)
+        if now == count:
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"{channel!r} never had {count} subscribers")
 
 
+@pytest.mark.parametrize("sharded", [False, True], ids=["subscribe", "ssubscribe"])
 async def test_a_subscription_made_again_waits_for_its_own_confirmation(
-    urls: list[str], name: str
+    urls: list[str], name: str, sharded: bool
 ) -> None:
     """Found by the simulation (seed 2251799813703477, subscriptions held back): a
     process's queue for a name emptied while a node's confirmation of its SUBSCRIBE
@@ -772,23 +775,36 @@ async def test_a_subscription_made_again_waits_for_its_own_confirmation(
     the UNSUBSCRIBE and not yet at the SUBSCRIBE, had it on no channel. Its grant went
     unheard, was undone, and the process was dropped from the line (its rival then
     held the name 8 times in a row). Each request's reply comes in order: only the
-    last one's confirms."""
+    last one's confirms. Sharded (a cluster's, SSUBSCRIBE on Redis 7+), the reply to
+    our own SUNSUBSCRIBE, read after we subscribed again, was taken for the server
+    dropping the channel (its slot moved): the channel was handed on as moved."""
     channel = f"aiolock-test:{name}".encode()
+    moved: list[bytes] = []
     async with nemesis(urls[:1]) as net, redis.Redis.from_url(urls[0]) as client:
-        subscriber = Subscriber(net.urls[0], on_message=lambda *_: None, on_reset=lambda: None)
+        subscriber = Subscriber(
+            net.urls[0],
+            on_message=lambda *_: None,
+            on_reset=lambda: None,
+            sharded=sharded,
+            on_moved=lambda channel, _: moved.append(channel),
+        )
         try:
             net[0].delay_replies(0.3)  # the node's confirmations take 0.3 s
             first = subscriber.subscribe(channel)
-            await _subscribed(client, channel, 1)
-            net[0].hold(command("SUBSCRIBE"), math.inf, count=1)  # the next one waits
+            await _subscribed(client, channel, 1, sharded=sharded)
+            verb = "SSUBSCRIBE" if sharded else "SUBSCRIBE"
+            net[0].hold(command(verb), math.inf, count=1)  # the next one waits
             subscriber.unsubscribe(channel)
             again = subscriber.subscribe(channel)
-            await _subscribed(client, channel, 0)  # the node read the UNSUBSCRIBE
+            await _subscribed(client, channel, 0, sharded=sharded)  # it read the UNSUBSCRIBE
             await asyncio.sleep(0.6)  # and both replies came (the first SUBSCRIBE's too)
             assert first.cancelled()
             assert not again.done(), "confirmed by the reply to the SUBSCRIBE before"
+            assert not moved
             net[0].flush()
             await asyncio.wait_for(again, 5)
-            assert dict(await client.pubsub_numsub(channel)).get(channel) == 1
+            await _subscribed(client, channel, 1, sharded=sharded)
+            assert subscriber.channels == {channel}
+            assert not moved
         finally:
             await subscriber.aclose()
