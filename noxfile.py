@@ -213,8 +213,9 @@ def determinism(session: nox.Session) -> None:
     from 2**46 (each node a cluster of one master); 100 from 2**47 (sockets the
     watchdog polls, connections gone silent); 100 from 2**48 (pub/sub connections
     dropped in runs the liveness rules judge); 100 from 2**50 (runs focused on
-    handovers; where the search starts: none from 2**49, whose seed 2**49 + 50
-    differs between 3.11 and 3.12: testing.md, "Determinism"); every
+    handovers; none from 2**49, whose seed 2**49 + 50 differs between 3.11 and
+    3.12: testing.md, "Determinism"); 100 from 2**51 (bodies that end with an
+    extend(); where the search starts); every
     seed kept as a test, with the faults it keeps) and writes their digests under
     .nox/sim-digests/, keyed by a hash of the library's and the simulation's
     sources; each compares its digests with those any other Python wrote for the
@@ -245,6 +246,7 @@ def determinism(session: nox.Session) -> None:
         session.run(*sim, "--first", str(2**47), "--count", "100", silent=True),
         session.run(*sim, "--first", str(2**48), "--count", "100", silent=True),
         session.run(*sim, "--first", str(2**50), "--count", "100", silent=True),
+        session.run(*sim, "--first", str(2**51), "--count", "100", silent=True),
         session.run(*sim, "--kept", silent=True),
     ]
     if not all(isinstance(out, str) for out in runs):

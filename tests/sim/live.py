@@ -25,7 +25,9 @@ forgot is never taken: see Recorder.watch_orphans).
   newcomer's first try (the turns are among waiters: a release that names a process
   without granting it the lock, its offer too old, lets a first try in) and from a
   grant given back (to an offer whose waiter has left since: the race that follows
-  goes to whoever tries first).
+  goes to whoever tries first), or undone by its head's own failed attempt (under
+  way as the grant came, its clean-up deletes the token everywhere: the race that
+  follows goes to whoever tries first too; seed 2251799815687419, SimNode._execute).
 * **kept held**: nothing is lost without a fault. No renewed holder is told its lock
   is lost, and nothing raises ``LockLost`` or ``QuorumError``: every node answers
   within a millisecond, and a renewal comes every third of a ttl. Judged too (from

@@ -622,7 +622,11 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     def unheard(channel: bytes) -> None:  # (undone: a race follows, as after a give-back)
         rec.live.given_back(channel.decode().partition("{")[2].partition("}")[0])
 
+    def undone(key: bytes) -> None:  # (its head's own clean-up: a race follows too)
+        rec.live.given_back(key.decode().partition("{")[2].rpartition("}")[0])
+
     world.on_unheard = unheard
+    world.on_undone = undone
     wait_in_queue = aiolock._waiting.Waiting.acquire
 
     async def queued(

@@ -45,7 +45,12 @@ from typing import Any
 import hiredis
 
 from aiolock._node import MIN_STALL_TIMEOUT
-from aiolock._scripts import EXTEND_MANY_SCRIPT, RELEASE_EITHER_SCRIPT, REPAIR_SCRIPT
+from aiolock._scripts import (
+    EXTEND_MANY_SCRIPT,
+    RELEASE_EITHER_SCRIPT,
+    RELEASE_SCRIPT,
+    REPAIR_SCRIPT,
+)
 from aiolock._turn_scripts import RELEASE_TURN_SCRIPT, TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
 
 from .given import SHAS as GIVEN_SHAS
@@ -781,6 +786,8 @@ class SimNode:
         #: The channels published on by the command running (see _execute), and what.
         self.published: list[bytes] = []
         self.messages: list[tuple[bytes, bytes]] = []
+        #: Lock key -> the token a release's grant set there last (see _execute).
+        self.granted: dict[bytes, bytes] = {}
 
     def _new_run_id(self) -> bytes:
         return b"%040x" % self.world.rng.getrandbits(160)
@@ -838,6 +845,22 @@ class SimNode:
                 f"{command[3].decode()} that found it expired, and announced nothing, at "
                 f"{self.world.now:.6f}"
             )
+        if sha == RELEASE_TURN_SCRIPT.sha and any(
+            channel.startswith(command[3] + b":turn:") for channel in self.published
+        ):
+            granted = data.get(command[3])
+            if isinstance(granted, bytes):
+                self.granted[command[3]] = granted
+        elif (
+            sha == RELEASE_SCRIPT.sha
+            and self.granted.get(command[3]) == command[4] == before[0]
+            and data.get(command[3]) is None
+            and self.world.on_undone is not None
+        ):
+            # A grant deleted by a release of its own token that is no holder's: the
+            # head's failed attempt's clean-up (aiolock._grants: its grants there no
+            # longer count). A race follows, as after a give-back (see run.py).
+            self.world.on_undone(command[3])
         if sha == RELEASE_TURN_SCRIPT.sha and self.world.at_release:
             for fault in self.world.at_release:
                 # The releasing process's pub/sub connections drop as the release runs
@@ -1144,6 +1167,8 @@ class World:
         #: Called with the channel of a grant that nobody heard (its process gone):
         #: the release undoes it and lets every waiter try (aiolock/_turn_scripts.py).
         self.on_unheard: Callable[[bytes], None] | None = None
+        #: Called with a lock's key when a release undoes a grant there (SimNode._execute).
+        self.on_undone: Callable[[bytes], None] | None = None
         #: Each key a command left alive without a ttl, the first time: when, where.
         self.bare: dict[bytes, tuple[float, int]] = {}
         #: Every node refuses SUBSCRIBE and SSUBSCRIBE (from MODELS_FROM on, some runs).
