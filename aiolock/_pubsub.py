@@ -260,8 +260,9 @@ class Subscriber(ReplyReader):
                     self._asked.popleft()
                 self._confirmed_on_connection = True
                 self._drops = 0
+                owed = self._answered(channel)
                 waiting = self._channels.get(channel)
-                if self._answered(channel) <= 1 and waiting:  # (the last request's reply)
+                if owed <= 1 and waiting:  # (the reply to the last request)
                     _confirm(waiting)
                     waiting.clear()
 

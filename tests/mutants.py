@@ -1060,8 +1060,8 @@ MUTANTS = [
     Mutant(
         "a subscription made again is confirmed by the reply to the one before",
         "aiolock/_pubsub.py",
-        "if self._answered(channel) <= 1 and waiting:",
-        "if self._answered(channel) >= 0 and waiting:",
+        "if owed <= 1 and waiting:",
+        "if owed >= 0 and waiting:",
         (
             "tests/test_waiting.py::test_a_subscription_made_again_waits_for_its_own_confirmation",
             "tests/test_turns.py::"

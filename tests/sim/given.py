@@ -42,6 +42,8 @@ from aiolock._turn_scripts import RELEASE_TURN_SCRIPT
 from aiolock._turns import FALLBACK
 from aiolock._waiting import EXPIRY_SLACK, UNKNOWN_HOLDER_WAIT
 
+from .sleeps import name_of
+
 if TYPE_CHECKING:
     from .subs import Subscriptions
     from .world import Link, World
@@ -170,7 +172,7 @@ class GivenTurns:
             return
         queued, deadline = self.queued[token]
         at, named = given
-        name = key.decode().partition("{")[2].rpartition("}")[0]
+        name = name_of(key)
         if (
             queued >= at - EPSILON  # (a queue begun since: its first waiter tries at once)
             or self.taken.get((member, key), (-1.0, None))[0] >= at  # (taken since)

@@ -43,7 +43,7 @@ from .live import (
     lost_without_a_fault,
     writers_first,
 )
-from .sleeps import Sleeps
+from .sleeps import Sleeps, name_of
 from .subs import Subscriptions
 from .workload import FOCI_HANDOVER, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
@@ -616,16 +616,12 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     give_back = aiolock._handoff.give_back
 
     def given_back(quorum: Any, key: bytes, token: bytes, **kwargs: Any) -> None:
-        rec.live.given_back(key.decode().partition("{")[2].rpartition("}")[0])
+        rec.live.given_back(name_of(key))
         give_back(quorum, key, token, **kwargs)
 
-    def unheard(channel: bytes) -> None:  # (undone: a race follows, as after a give-back)
-        rec.live.given_back(channel.decode().partition("{")[2].partition("}")[0])
+    def undone(key: bytes) -> None:  # (a race follows, as after a give-back)
+        rec.live.given_back(name_of(key))
 
-    def undone(key: bytes) -> None:  # (its head's own clean-up: a race follows too)
-        rec.live.given_back(key.decode().partition("{")[2].rpartition("}")[0])
-
-    world.on_unheard = unheard
     world.on_undone = undone
     wait_in_queue = aiolock._waiting.Waiting.acquire
 

@@ -95,7 +95,7 @@ class Sleeps:
 
     def _waiting(self, process: int, key: bytes) -> bool:
         """Whether a wait of ``process`` for the lock of ``key`` is under way."""
-        name = _name(key)
+        name = name_of(key)
         return any(p == process for _, p, _ in self.live.waits.get(name, {}).values())
 
     def _tried(self, process: int, key: bytes) -> None:
@@ -125,12 +125,12 @@ class Sleeps:
             return
         ended, by, kth, replies = due
         self.live.problems.append(
-            f"woken at the quorum's expiry: p{process}'s attempt on {_name(key)!r} failed at "
+            f"woken at the quorum's expiry: p{process}'s attempt on {name_of(key)!r} failed at "
             f"{ended:.6f}, its replies {replies} (a quorum free in {kth} ms), and it had "
             f"not tried again by {by:.6f} ({self.world.now:.6f})"
         )
 
 
-def _name(key: bytes) -> str:
+def name_of(key: bytes) -> str:
     """The lock name of the key ``aiolock:{name}``."""
     return key.decode().partition("{")[2].rpartition("}")[0]

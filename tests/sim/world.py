@@ -981,8 +981,8 @@ class SimNode:
             if (channel, sharded) in link.channels:
                 link.push(encode([kind, channel, message]))
                 count += 1
-        if not count and b"}:turn:" in channel and self.world.on_unheard is not None:
-            self.world.on_unheard(channel)  # (a grant nobody hears: undone, see run.py)
+        if not count and b"}:turn:" in channel and self.world.on_undone is not None:
+            self.world.on_undone(channel.partition(b":turn:")[0])  # (a grant nobody hears)
         return count
 
     def session_started(self, link: Link) -> None:
@@ -1164,10 +1164,9 @@ class World:
         #: Called after every command a node runs (the liveness rules read the nodes
         #: then): it must read, never touch, the stores.
         self.observer: Callable[[], None] | None = None
-        #: Called with the channel of a grant that nobody heard (its process gone):
-        #: the release undoes it and lets every waiter try (aiolock/_turn_scripts.py).
-        self.on_unheard: Callable[[bytes], None] | None = None
-        #: Called with a lock's key when a release undoes a grant there (SimNode._execute).
+        #: Called with a lock's key when a grant there is undone: by the release that
+        #: made it, nobody hearing it (its process gone: aiolock/_turn_scripts.py), or
+        #: by a release of its token that is no holder's (SimNode._execute).
         self.on_undone: Callable[[bytes], None] | None = None
         #: Each key a command left alive without a ttl, the first time: when, where.
         self.bare: dict[bytes, tuple[float, int]] = {}
