@@ -928,6 +928,35 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [1],
         "streak",
     ),
+    # From SPLIT_FROM (twentieth session), releases split across the nodes: found by
+    # the search focused on them from 2**52 + 1e5 against the mutant (581 schedules,
+    # 130 s; shrunk with it applied to one split, 3 nodes): p0's head tried as p2's
+    # release came; its ACQUIREs found p2's key on every node, n2's "held" coming
+    # late, after the decision. p2's release granted p0's offer on n0 and n2, p0's
+    # clean-up (sent to n2, its verdict unknown then) deleted the grant there; read
+    # from the votes after the clean-up, n2 said "held" and was not counted as
+    # cleaned, so its grant, heard 50 ms later, counted: p0 took the lock held on n0
+    # alone, while p1 took n1 and n2.
+    # The same search against "grants undone by the head's own failed attempt still
+    # count" (26 schedules, 8 s from 2**52; shrunk with it applied to 12 of its 32
+    # splits, 3 nodes): p1's head's own attempts with its offer's token failed about
+    # 2.0 s, as p0's release granted that offer; their clean-ups, one of them split
+    # (at once on n0, 0.55 and 1.06 s late on n1 and n2), released the token on the
+    # three nodes, the grants included. The grants' messages from n0 and n2, heard at
+    # 2.21 and 2.26 s, counted: p1 took the lock, and by 2.53 s it was held on n0
+    # alone ("kept"); p2 took it then ("exclusion").
+    (
+        "grants undone by the head's own failed attempt still count",
+        4503599627371043,
+        [0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
+        "exclusion",
+    ),
+    (
+        "a failed attempt's cleaned nodes read from its votes after the decision",
+        4503599627483337,
+        [0],
+        "exclusion",
+    ),
 ]
 
 

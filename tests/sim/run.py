@@ -45,7 +45,7 @@ from .live import (
 )
 from .sleeps import Sleeps, name_of
 from .subs import Subscriptions
-from .workload import FOCI_HANDOVER, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
+from .workload import FOCI_SPLIT, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
     CHUNKS_FROM,
     CLUSTER_FROM,
@@ -382,13 +382,26 @@ def _make_faults(seed: int, cfg: Config) -> list[Fault]:
         return blocking(rng, cfg)
     if cfg.focus == "chain":  # (the same)
         return chained_restarts(rng, cfg)
+    if cfg.focus == "split":  # (from SPLIT_FROM on): releases split, many of them
+        splits = [
+            Fault(
+                rng.uniform(0.0, cfg.seconds),
+                "split",
+                -1,
+                rng.choice((-1, *range(cfg.processes))),
+                seconds=rng.uniform(0.1, 0.6),
+                scale=rng.choice((0.05, 0.2, 0.6, 1.5)),
+            )
+            for _ in range(rng.choice((0, 16, 32, 64)))
+        ]
+        return sorted(splits, key=lambda f: f.at)
     if cfg.focus == "death":  # (from DEATH_FROM on): one process dies
         at = rng.uniform(0.5, cfg.seconds - 1.0)
         return [Fault(at, "die", process=rng.randrange(cfg.processes))]
     count = rng.choice((0, 0, 2, 4, 8, 12, 16) if seed >= LIVE_FROM else (0, 2, 4, 8, 12, 16))
     kinds: tuple[str, ...] = KINDS
     if cfg.focus is not None:  # (from FOCUS_FROM on: the kinds its part needs)
-        kinds = FOCI_HANDOVER[cfg.focus]
+        kinds = FOCI_SPLIT[cfg.focus]
         count = rng.choice((0, 4, 8, 12)) if kinds else 0
         if count:
             kinds = tuple(rng.sample(kinds, rng.randint(1, min(3, len(kinds)))))

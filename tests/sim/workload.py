@@ -54,6 +54,7 @@ from .world import (
     REPAIR_FROM,
     SKEW_FROM,
     SOCKETS_FROM,
+    SPLIT_FROM,
     STEP_STALL_FROM,
     TIGHT_FROM,
     SimLoop,
@@ -243,7 +244,9 @@ def make_config(seed: int) -> Config:
         cfg.nudge = random.Random(f"nudge-{seed}").choice((0.0, 0.2, 0.5))
     if seed >= FOCUS_FROM:
         foci = (
-            FOCI_HANDOVER
+            FOCI_SPLIT
+            if seed >= SPLIT_FROM
+            else FOCI_HANDOVER
             if seed >= HANDOVER_FROM
             else FOCI_BLOCK
             if seed >= STEP_STALL_FROM
@@ -352,6 +355,14 @@ FOCI_BLOCK: dict[str, tuple[str, ...]] = {**FOCI_DEATH, "block": ("block",)}
 #:   message), or they sleep on while the name is free (live.py's "idle" rule judges
 #:   these runs; pub/sub is never refused there: run.make_models).
 FOCI_HANDOVER: dict[str, tuple[str, ...]] = {**FOCI_BLOCK, "handover": ()}
+#: From SPLIT_FROM on, one more:
+#:
+#: * ``split``: the turn queue's shapes (as ``turns``) on 3 or 5 nodes, under "split"
+#:   faults (world.SPLIT_FROM): a process's next release runs at once on some nodes
+#:   and late on the others, and the messages the nodes publish meanwhile come late,
+#:   each subscriber's by its own delay. Grants land while a head's own attempt runs,
+#:   and are heard after its clean-up.
+FOCI_SPLIT: dict[str, tuple[str, ...]] = {**FOCI_HANDOVER, "split": ("split",)}
 
 
 def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FOCI) -> None:
@@ -361,7 +372,16 @@ def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FO
         return
     cfg.focus = rng.choice(sorted(foci))
     cfg.names = ("a",)
-    if cfg.focus == "turns":
+    if cfg.focus == "split":  # (as turns, on 3 or 5 nodes)
+        cfg.nodes = rng.choice((3, 5))
+        cfg.processes = rng.choice((2, 3))
+        cfg.tasks = rng.choice((3, 4, 5))
+        cfg.ops = ("lock", "lock", "manual", "reentrant")
+        cfg.ttl = rng.uniform(0.3, 1.5)
+        cfg.short = rng.choice((0.7, 0.9))
+        cfg.nudge = rng.choice((0.0, 0.2, 0.5))
+        cfg.seconds = rng.uniform(4.0, 8.0)
+    elif cfg.focus == "turns":
         cfg.processes = rng.choice((2, 3))
         cfg.tasks = rng.choice((3, 4, 5))
         cfg.ops = ("lock", "lock", "manual", "reentrant")

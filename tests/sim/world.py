@@ -211,6 +211,17 @@ HANDOVER_FROM = 2**50
 #: as its release goes out (the schedule of seed 17592286046564, which a body's steps
 #: 2 to 60 ms apart seldom gave). The search starts here (nineteenth session).
 FINAL_FROM = 2**51
+#: Seeds from here on draw one more focus (``workload.FOCI_SPLIT``): ``split``, the turn
+#: queue's shapes on 3 or 5 nodes under "split" faults (run.make_faults): a process's
+#: next release is *split*, run at once on some nodes and held back on the others (2 ms
+#: up to 1.5 s each, past the release's own node timeout: it lands after whatever came
+#: next), and what every node publishes for a while after it (the grants it makes, the
+#: "free" it announces) reaches each subscriber late by a draw of its own
+#: (:meth:`World.split_hold`). So a grant lands on some nodes while the head's own
+#: attempt runs on the others, and is heard after its clean-up there: the order that a
+#: head's undone grants (``aiolock._grants``, issue 32) need, which faults drawn at
+#: random times seldom lined up (20th session). The search starts here.
+SPLIT_FROM = 2**52
 #: The simulated sockets' file descriptors start here (far above any real one).
 SOCKET_FDS = 1 << 24
 #: The stall watchdog's time in the runs (``aiolock._node``: 20 x node_timeout is less):
@@ -219,6 +230,8 @@ SOCKET_FDS = 1 << 24
 #: fault: a half-open connection, whose node's end is gone without a word, or a
 #: firewall that drops its packets): the rule "a silent connection is given up" (Link).
 WATCHDOG = MIN_STALL_TIMEOUT
+#: The releases a split fault holds back (see World.split_hold).
+_RELEASES = (RELEASE_TURN_SCRIPT.sha, RELEASE_SCRIPT.sha)
 #: The EVALSHA of the renewal's batch script (see Link.from_client).
 RENEWAL_BATCH = EXTEND_MANY_SCRIPT.sha
 
@@ -626,7 +639,7 @@ class Link:
         subs = world.subs
         if subs is not None and (self.pubsub or subs.reads(data)):
             subs.wrote(self, data)
-        self.up.send(data, self.world.latency(self, "up"))
+        self.up.send(data, world.latency(self, "up") + world.split_hold(self, data))
 
     def silence(self) -> None:
         """Go silent: what is in flight either way is lost, what the client writes
@@ -1050,7 +1063,7 @@ class Fault:
 
     at: float
     kind: str  # delay, slow, late, sever, pause, restart, failover, pubsub, stall, jump,
-    # lag, die, subscribe, drop
+    # lag, die, subscribe, drop, split
     node: int = 0
     process: int = -1  # -1: every process
     seconds: float = 0.0  # how long it lasts
@@ -1082,6 +1095,8 @@ class Fault:
             "jump": f"p{self.process} wall clock {self.scale:+.6f}s",
             "lag": f"every link {self.seconds:.3f}s +{self.scale * 1000:.1f}ms each way",
             "die": f"p{self.process}",
+            "split": f"p{self.process} its next release, held up to "
+            f"{self.scale * 1000:.0f}ms, messages late for {self.seconds:.3f}s",
             "subscribe": f"n{self.node if self.node >= 0 else '*'} p{self.process} "
             f"{self.seconds:.3f}s held up to {self.scale * 1000:.0f}ms",
         }[self.kind]
@@ -1148,6 +1163,16 @@ class World:
         #: Drops armed to strike at a release (see DROP_FROM and SimNode._execute).
         self.at_release: list[Fault] = []
         self._late: list[Fault] = []
+        #: Splits armed, each until its process's next release (see SPLIT_FROM); the
+        #: fate of the split release being sent now ((process, instant), node -> how
+        #: long it is held back), and the nodes whose messages come late meanwhile
+        #: (node, until, the most, the extra drawn for each subscriber link).
+        self.splits: list[Fault] = []
+        self._split: tuple[tuple[int, float], dict[int, float]] | None = None
+        self._split_pubsub: list[tuple[int, float, float, dict[int, float]]] = []
+        #: The same for the replies each node sends on the other processes' command
+        #: links meanwhile (see split_hold).
+        self._split_replies: list[tuple[int, float, float, dict[int, float]]] = []
         #: The fate of the burst being sent now (see :meth:`_held_back`): (process,
         #: instant) and the extra latency per node it is held back on.
         self._burst: tuple[tuple[int, float], dict[int, float]] | None = None
@@ -1242,6 +1267,12 @@ class World:
                 latency += self.rng.expovariate(1.0 / fault.scale)
         for fault in self._lags:  # (steady: within 10 % of its scale)
             latency += fault.scale * self.rng.uniform(0.9, 1.1)
+        if self._split_replies and direction == "down" and not link.pubsub:
+            for node, until, most, extras in self._split_replies:  # (see split_hold)
+                if node == link.node.index and self.now < until:
+                    if link.process not in extras:
+                        extras[link.process] = self.rng.uniform(0.0, most)
+                    latency += extras[link.process]
         if self._subscribing and direction == "up" and link.pubsub:
             for fault in self._subscribing:  # (node -1: every node)
                 if fault.node in (-1, link.node.index) and fault.process in (-1, link.process):
@@ -1277,9 +1308,65 @@ class World:
             self._burst = (key, held)
         return self._burst[1].get(link.node.index, 0.0)
 
+    def split_hold(self, link: Link, data: bytes) -> float:
+        """Under a split fault (see SPLIT_FROM): how long this write is held back.
+
+        The first release (``RELEASE_TURN``, or a plain ``RELEASE``: a clean-up's too)
+        that ``link``'s process writes once a split of it is armed decides the fate of
+        the whole burst (every node's copy is written at the same instant): it runs at
+        once on 1 to n - 1 nodes and is held back on the others, each by 2 ms up to the
+        fault's scale. For the fault's ``seconds`` from then, what each node publishes
+        reaches each subscriber link late, by up to that node's own most (drawn once
+        per link: a connection stays ordered), and so do its replies to the other
+        processes (an attempt decided by some nodes while the others' replies, and its
+        clean-up, are on the way). Draws nothing without a split armed."""
+        if not self.splits and self._split is None:
+            return 0.0
+        if _RELEASES[0] not in data and _RELEASES[1] not in data:
+            return 0.0
+        key = (link.process, self.now)
+        if self._split is not None and self._split[0] == key:
+            return self._split[1].get(link.node.index, 0.0)
+        fault = next((f for f in self.splits if f.process in (-1, link.process)), None)
+        if fault is None:
+            return 0.0
+        self.splits.remove(fault)
+        count = len(self.nodes)
+        order = self.rng.sample(range(count), count)
+        at_once = set(order[: self.rng.randint(1, count - 1)])
+        held = {i: self.rng.uniform(0.002, fault.scale) for i in order if i not in at_once}
+        self._split = (key, held)
+        until = self.now + fault.seconds
+        self._split_pubsub = [entry for entry in self._split_pubsub if entry[1] > self.now]
+        self._split_replies = [entry for entry in self._split_replies if entry[1] > self.now]
+        late, slow = [], []
+        for i in range(count):
+            most = self.rng.choice((0.0, 0.005, 0.05, 0.2))
+            if most:
+                self._split_pubsub.append((i, until, most, {}))
+                late.append(f"n{i} {most * 1000:.0f}ms")
+            most = self.rng.choice((0.0, 0.002, 0.01, 0.05))
+            if most:
+                self._split_replies.append((i, until, most, {link.process: 0.0}))
+                slow.append(f"n{i} {most * 1000:.0f}ms")
+        self.trace(
+            f"p{link.process} release split: at once on "
+            + ", ".join(f"n{i}" for i in sorted(at_once))
+            + "; held back: "
+            + ", ".join(f"n{i} +{s * 1000:.1f}ms" for i, s in sorted(held.items()))
+            + f"; for {fault.seconds:.3f}s messages late up to {', '.join(late) or 'none'}"
+            + f", replies to others up to {', '.join(slow) or 'none'}"
+        )
+        return held.get(link.node.index, 0.0)
+
     def pubsub_fate(self, link: Link) -> float | None:
         """The latency of a pub/sub message, ``None`` when it is lost."""
         latency = self.rng.uniform(*BASE_LATENCY)
+        for node, until, most, extras in self._split_pubsub:  # (see split_hold)
+            if node == link.node.index and self.now < until:
+                if link.number not in extras:
+                    extras[link.number] = self.rng.uniform(0.0, most)
+                latency += extras[link.number]
         for fault in self._pubsub:
             if fault.node == link.node.index and fault.process in (-1, link.process):
                 if self.rng.random() < fault.scale:
@@ -1408,6 +1495,8 @@ class World:
                 if fault.process in (-1, link.process):
                     link.sever(apply=fault.flag)
                     break
+        elif kind == "split":  # (from SPLIT_FROM on): armed until the next release
+            self.splits.append(fault)
         elif kind == "drop" and fault.rank:  # (from DROP_FROM on)
             self.at_release.append(fault)
         elif kind == "drop":
