@@ -276,11 +276,18 @@ class Waiting:
                             result = None  # the handoff failed: try as usual
                     if result is None:
                         back = queue.holding_back(self._clock)
-                        if back > 0 and not queue.wake.is_set():  # (its turn, polled)
+                        while back > 0 and not queue.wake.is_set():  # (its turn, polled)
                             with anyio.move_on_after(min(back, deadline - self._clock())):
                                 await queue.wake.wait()
                             if offer is not None and offer.claimed:
-                                continue  # claimed meanwhile: its handoff decides (8796103035398)
+                                break  # claimed meanwhile: its handoff decides (8796103035398)
+                            # A release of ours may have given way again meanwhile: the
+                            # process named then has its poll first too (9007199254748187).
+                            back = queue.holding_back(clock=self._clock)
+                            if self._clock() >= deadline:
+                                break
+                        if offer is not None and offer.claimed:
+                            continue
                         queue.wake.clear()
                         queue.gave_way = None
                         if queue.entry is not None and queue.polling():

@@ -770,11 +770,21 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "a head holding back for one give-way of ours tries though we gave way again",
+        "aiolock/_waiting.py",
+        "back = queue.holding_back(clock=self._clock)",
+        "back = 0.0",
+        (
+            "tests/test_turns.py::"
+            "test_where_pubsub_is_refused_a_head_holding_back_holds_back_again_if_we_give_way_again",
+        ),
+    ),
+    Mutant(
         "a head holding back tries though a release claimed its offer meanwhile",
         "aiolock/_waiting.py",
-        "                            if offer is not None and offer.claimed:\n"
-        "                                continue",
-        "                            if False:\n                                continue",
+        "                        if offer is not None and offer.claimed:\n"
+        "                            continue",
+        "                        if False:\n                            continue",
         (
             "tests/test_turns.py::"
             "test_a_head_holding_back_that_a_release_of_ours_hands_the_lock_sends_nothing_of_its_own",

@@ -1046,6 +1046,56 @@ async def test_where_pubsub_is_refused_an_expired_holds_late_release_leaves_the_
         await head.release()
 
 
+async def test_where_pubsub_is_refused_a_head_holding_back_holds_back_again_if_we_give_way_again(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the simulation (seed 9007199254748187, runs focused on lone streaks,
+    # every node refusing pub/sub): an expired hold's late release gave way, and the
+    # polling head held back for it; 0.11 s later, another task of the process
+    # released the name, naming the other process again. The head, still holding back
+    # for the first, tried when that wait ended, 50 ms after the second release, not
+    # after a poll of the process named.
+    monkeypatch.setattr(aiolock._queue, "GAVE_WAY_POLL", 3.0)  # the window, made wide
+    monkeypatch.setattr(aiolock._turns, "FALLBACK", 30.0)  # nobody tries out of turn
+    async with (
+        _pubsub_refused(clients, urls) as limited,
+        LockManager(limited) as busy,
+        LockManager(limited) as other,
+    ):
+        stale = busy.lock(name, ttl=0.3, auto_renew=False)
+        assert await stale.acquire(timeout=0)
+        await asyncio.sleep(0.5)  # it expires, unreleased
+        taker = busy.lock(name, ttl=30, auto_renew=False)
+        assert await taker.acquire(timeout=0)
+        named = other.lock(name, ttl=30, auto_renew=False)
+        named_waits = asyncio.create_task(named.acquire(timeout=20))
+        await in_line(clients, name, 1)
+        tries = _attempt_times(busy)
+        head = busy.lock(name, ttl=30, auto_renew=False)
+        head_waits = asyncio.create_task(head.acquire(timeout=20))
+        queues = busy._engine.waiting._queues
+        while not tries or key(name).encode() not in queues:  # it failed: then it polls
+            await asyncio.sleep(0.001)
+        queue = queues[key(name).encode()]
+        queue.local_streak, queue.alone = LOCAL_STREAK, False  # the next release gives way
+        with contextlib.suppress(aiolock.LockNotOwned):
+            await stale.release()  # the expired hold's, late: it gives way
+        await asyncio.sleep(1.0)  # the head holds back (until 3 s after that release)
+        released_at = time.monotonic()
+        await taker.release()  # it gives way again: the head holds back for this one
+        assert await asyncio.wait_for(named_waits, 20)
+        after = [round(t - released_at, 3) for t in tries if t > released_at]
+        while not after:
+            await asyncio.sleep(0.05)
+            after = [round(t - released_at, 3) for t in tries if t > released_at]
+        # Its first try after our second release: once that release's window is over
+        # (on the old code, when the first's was: 2 s after the second).
+        assert after[0] > 2.9, after
+        await named.release()
+        assert await asyncio.wait_for(head_waits, 20)
+        await head.release()
+
+
 @pytest.mark.usefixtures("naming_only", "giving_way")
 async def test_a_head_whose_subscription_is_confirmed_as_its_process_gives_way_does_not_try(
     urls: list[str], clients: list[redis.Redis], name: str
