@@ -43,9 +43,10 @@ from .live import (
     lost_without_a_fault,
     writers_first,
 )
+from .lone import WakeUps
 from .sleeps import Sleeps, name_of
 from .subs import Subscriptions
-from .workload import FOCI_SPLIT, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
+from .workload import FOCI_LONE, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
     CHUNKS_FROM,
     CLUSTER_FROM,
@@ -401,7 +402,7 @@ def _make_faults(seed: int, cfg: Config) -> list[Fault]:
     count = rng.choice((0, 0, 2, 4, 8, 12, 16) if seed >= LIVE_FROM else (0, 2, 4, 8, 12, 16))
     kinds: tuple[str, ...] = KINDS
     if cfg.focus is not None:  # (from FOCUS_FROM on: the kinds its part needs)
-        kinds = FOCI_SPLIT[cfg.focus]
+        kinds = FOCI_LONE[cfg.focus]
         count = rng.choice((0, 4, 8, 12)) if kinds else 0
         if count:
             kinds = tuple(rng.sample(kinds, rng.randint(1, min(3, len(kinds)))))
@@ -637,6 +638,20 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
 
     world.on_undone = undone
     wait_in_queue = aiolock._waiting.Waiting.acquire
+    wake_ups = WakeUps(world)
+    release_in_queue = aiolock._waiting.Waiting.released
+    see_line = aiolock._waiting.Waiting.line_seen
+
+    def released(self: Any, key: bytes, **kwargs: Any) -> Any:
+        """Waiting.released, its decision noted (lone.py)."""
+        local = release_in_queue(self, key, **kwargs)
+        wake_ups.released(self, key, local, current_process.get())
+        return local
+
+    def line_seen(self: Any, key: bytes, votes: Any) -> None:
+        """Waiting.line_seen, noted (lone.py)."""
+        see_line(self, key, votes)
+        wake_ups.line_seen(self, key)
 
     async def queued(
         self: Any, key: bytes, attempt: Any, deadline: float, *, taker: Any = None, **kwargs: Any
@@ -661,6 +676,8 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         logged.attached(),
         mock.patch("aiolock._grants.give_back", given_back),
         mock.patch.object(aiolock._waiting.Waiting, "acquire", queued),
+        mock.patch.object(aiolock._waiting.Waiting, "released", released),
+        mock.patch.object(aiolock._waiting.Waiting, "line_seen", line_seen),
     ):
         try:
             with asyncio.Runner(loop_factory=lambda: world.loop) as runner:

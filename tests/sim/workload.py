@@ -49,6 +49,7 @@ from .world import (
     HANDOVER_FROM,
     LAG_FROM,
     LIVE_FROM,
+    LONE_FROM,
     MODELS_FROM,
     ORDERED_FROM,
     REPAIR_FROM,
@@ -198,6 +199,11 @@ class Config:
     #: watchdog's second (run.blocking): replies that came meanwhile wait in the socket,
     #: and a connection whose replies wait is kept. Draws nothing otherwise.
     long_blocks: bool = field(default=False, repr=False)
+    #: From LONE_FROM on, in runs focused on lone streaks: the process that rests 50 to
+    #: 400 ms between its operations, and every body that may extend ends with a
+    #: shortening extend() (see world.LONE_FROM). Draw nothing otherwise.
+    resting: int | None = field(default=None, repr=False)
+    shortened: bool = field(default=False, repr=False)
 
     def describe(self) -> str:
         extra = f" focus {self.focus}" if self.focus else ""
@@ -244,7 +250,9 @@ def make_config(seed: int) -> Config:
         cfg.nudge = random.Random(f"nudge-{seed}").choice((0.0, 0.2, 0.5))
     if seed >= FOCUS_FROM:
         foci = (
-            FOCI_SPLIT
+            FOCI_LONE
+            if seed >= LONE_FROM
+            else FOCI_SPLIT
             if seed >= SPLIT_FROM
             else FOCI_HANDOVER
             if seed >= HANDOVER_FROM
@@ -363,6 +371,13 @@ FOCI_HANDOVER: dict[str, tuple[str, ...]] = {**FOCI_BLOCK, "handover": ()}
 #:   each subscriber's by its own delay. Grants land while a head's own attempt runs,
 #:   and are heard after its clean-up.
 FOCI_SPLIT: dict[str, tuple[str, ...]] = {**FOCI_HANDOVER, "split": ("split",)}
+#: From LONE_FROM on, one more:
+#:
+#: * ``lone``: one name, two processes of 4 tasks, mostly manual locks whose bodies end
+#:   with a shortening extend(); the second process rests between its operations, so
+#:   the first's streaks run alone and the second joins the line midway (world.LONE_FROM).
+#:   No fault: the liveness rules judge these runs.
+FOCI_LONE: dict[str, tuple[str, ...]] = {**FOCI_SPLIT, "lone": ()}
 
 
 def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FOCI) -> None:
@@ -372,7 +387,14 @@ def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FO
         return
     cfg.focus = rng.choice(sorted(foci))
     cfg.names = ("a",)
-    if cfg.focus == "split":  # (as turns, on 3 or 5 nodes)
+    if cfg.focus == "lone":  # (one process rests: the other's streaks run alone)
+        cfg.processes, cfg.tasks = 2, 4
+        cfg.ops = ("manual", "manual", "manual", "lock")
+        cfg.ttl = rng.uniform(0.3, 1.5)
+        cfg.short = rng.choice((0.7, 0.9))
+        cfg.seconds = rng.uniform(4.0, 8.0)
+        cfg.resting, cfg.shortened = 1, True
+    elif cfg.focus == "split":  # (as turns, on 3 or 5 nodes)
         cfg.nodes = rng.choice((3, 5))
         cfg.processes = rng.choice((2, 3))
         cfg.tasks = rng.choice((3, 4, 5))
@@ -829,6 +851,8 @@ class Worker:
             # A worker does something between two operations (never a spin: a try-once
             # acquire that fails at once, again and again, would stop virtual time).
             await asyncio.sleep(self.rng.uniform(0.0005, 0.005))
+            if self.process == self.cfg.resting:  # (see world.LONE_FROM)
+                await asyncio.sleep(self.rng.uniform(0.05, 0.4))
 
     # -- helpers -----------------------------------------------------------------------
 
@@ -902,7 +926,10 @@ class Worker:
                     await asyncio.sleep(CHASE_STEP)
                     continue
                 if now >= until:
-                    if extend and self.finals is not None and self.finals.random() < 0.5:
+                    if extend and self.finals is not None and self.cfg.shortened:
+                        # Always, and shorter (see world.LONE_FROM).
+                        await self._extend(handle, holds, factor=self.finals.uniform(0.2, 0.9))
+                    elif extend and self.finals is not None and self.finals.random() < 0.5:
                         # Its last batch done, a worker that extends after each one:
                         # released at once after (see world.FINAL_FROM).
                         await self._extend(handle, holds, factor=self.finals.uniform(0.2, 1.5))

@@ -220,8 +220,17 @@ FINAL_FROM = 2**51
 #: (:meth:`World.split_hold`). So a grant lands on some nodes while the head's own
 #: attempt runs on the others, and is heard after its clean-up there: the order that a
 #: head's undone grants (``aiolock._grants``, issue 32) need, which faults drawn at
-#: random times seldom lined up (20th session). The search starts here.
+#: random times seldom lined up (twentieth session).
 SPLIT_FROM = 2**52
+#: Seeds from here on draw one more focus (``workload.FOCI_LONE``): ``lone``, one name
+#: and two processes, one of which rests 50 to 400 ms between its operations, so that
+#: the other's handoffs often find nobody else in line and its streak may run long
+#: (32: ``LONE_STREAK``); its manual locks end every body with a shortening
+#: ``extend()``, whose announcement wakes the process's own head as the release goes
+#: out: a release that only wakes a busy head, which must count as "someone may be in
+#: line" (the rule of lone.py). No fault: the liveness rules judge these runs. The
+#: search starts here (twentieth session).
+LONE_FROM = 2**53
 #: The simulated sockets' file descriptors start here (far above any real one).
 SOCKET_FDS = 1 << 24
 #: The stall watchdog's time in the runs (``aiolock._node``: 20 x node_timeout is less):
