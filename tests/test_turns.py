@@ -1017,22 +1017,9 @@ async def test_where_pubsub_is_refused_an_expired_holds_late_release_leaves_the_
         LockManager(limited) as busy,
         LockManager(limited) as other,
     ):
-        stale = busy.lock(name, ttl=0.3, auto_renew=False)
-        assert await stale.acquire(timeout=0)
-        await asyncio.sleep(0.5)  # it expires, unreleased
-        taker = busy.lock(name, ttl=30, auto_renew=False)
-        assert await taker.acquire(timeout=0)
-        named = other.lock(name, ttl=30, auto_renew=False)
-        named_waits = asyncio.create_task(named.acquire(timeout=20))
-        await in_line(clients, name, 1)
-        tries = _attempt_times(busy)
-        head = busy.lock(name, ttl=30, auto_renew=False)
-        head_waits = asyncio.create_task(head.acquire(timeout=20))
-        queues = busy._engine.waiting._queues
-        while not tries or key(name).encode() not in queues:  # it failed: then it polls
-            await asyncio.sleep(0.001)
-        queue = queues[key(name).encode()]
-        queue.local_streak, queue.alone = LOCAL_STREAK, False  # the next release gives way
+        stale, taker, named, named_waits, tries, head, head_waits = await _expired_then_taken(
+            busy, other, clients, name
+        )
         released_at = time.monotonic()
         await taker.release()  # names the other process
         with contextlib.suppress(aiolock.LockNotOwned):
@@ -1062,22 +1049,9 @@ async def test_where_pubsub_is_refused_a_head_holding_back_holds_back_again_if_w
         LockManager(limited) as busy,
         LockManager(limited) as other,
     ):
-        stale = busy.lock(name, ttl=0.3, auto_renew=False)
-        assert await stale.acquire(timeout=0)
-        await asyncio.sleep(0.5)  # it expires, unreleased
-        taker = busy.lock(name, ttl=30, auto_renew=False)
-        assert await taker.acquire(timeout=0)
-        named = other.lock(name, ttl=30, auto_renew=False)
-        named_waits = asyncio.create_task(named.acquire(timeout=20))
-        await in_line(clients, name, 1)
-        tries = _attempt_times(busy)
-        head = busy.lock(name, ttl=30, auto_renew=False)
-        head_waits = asyncio.create_task(head.acquire(timeout=20))
-        queues = busy._engine.waiting._queues
-        while not tries or key(name).encode() not in queues:  # it failed: then it polls
-            await asyncio.sleep(0.001)
-        queue = queues[key(name).encode()]
-        queue.local_streak, queue.alone = LOCAL_STREAK, False  # the next release gives way
+        stale, taker, named, named_waits, tries, head, head_waits = await _expired_then_taken(
+            busy, other, clients, name
+        )
         with contextlib.suppress(aiolock.LockNotOwned):
             await stale.release()  # the expired hold's, late: it gives way
         await asyncio.sleep(1.0)  # the head holds back (until 3 s after that release)
@@ -1497,6 +1471,35 @@ async def _offer_seqs(clients: list[redis.Redis], name: str) -> list[bytes]:
 def _as_refused(urls: list[str]) -> list[str]:
     """``urls`` as the user of :func:`_pubsub_refused` connects."""
     return [url.replace("redis://", "redis://aiolock:lockpass@") for url in urls]
+
+
+async def _expired_then_taken(
+    busy: aiolock.LockManager, other: aiolock.LockManager, clients: list[redis.Redis], name: str
+) -> tuple[
+    aiolock.Lock, aiolock.Lock, aiolock.Lock, asyncio.Task[bool], list[float], aiolock.Lock,
+    asyncio.Task[bool],
+]:  # fmt: skip
+    """A manual lock of ``busy``'s left to expire (``stale``), the name then taken by
+    another of its tasks (``taker``), ``other``'s waiter in line (``named``), and
+    ``busy``'s polling head (``head``), whose process's next release gives way; with
+    the times of ``busy``'s attempts (``tries``)."""
+    stale = busy.lock(name, ttl=0.3, auto_renew=False)
+    assert await stale.acquire(timeout=0)
+    await asyncio.sleep(0.5)  # it expires, unreleased
+    taker = busy.lock(name, ttl=30, auto_renew=False)
+    assert await taker.acquire(timeout=0)
+    named = other.lock(name, ttl=30, auto_renew=False)
+    named_waits = asyncio.create_task(named.acquire(timeout=20))
+    await in_line(clients, name, 1)
+    tries = _attempt_times(busy)
+    head = busy.lock(name, ttl=30, auto_renew=False)
+    head_waits = asyncio.create_task(head.acquire(timeout=20))
+    queues = busy._engine.waiting._queues
+    while not tries or key(name).encode() not in queues:  # it failed: then it polls
+        await asyncio.sleep(0.001)
+    queue = queues[key(name).encode()]
+    queue.local_streak, queue.alone = LOCAL_STREAK, False  # the next release gives way
+    return stale, taker, named, named_waits, tries, head, head_waits
 
 
 def _attempt_times(manager: aiolock.LockManager) -> list[float]:

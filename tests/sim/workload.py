@@ -394,16 +394,9 @@ def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FO
         cfg.short = rng.choice((0.7, 0.9))
         cfg.seconds = rng.uniform(4.0, 8.0)
         cfg.resting, cfg.shortened = 1, True
-    elif cfg.focus == "split":  # (as turns, on 3 or 5 nodes)
-        cfg.nodes = rng.choice((3, 5))
-        cfg.processes = rng.choice((2, 3))
-        cfg.tasks = rng.choice((3, 4, 5))
-        cfg.ops = ("lock", "lock", "manual", "reentrant")
-        cfg.ttl = rng.uniform(0.3, 1.5)
-        cfg.short = rng.choice((0.7, 0.9))
-        cfg.nudge = rng.choice((0.0, 0.2, 0.5))
-        cfg.seconds = rng.uniform(4.0, 8.0)
-    elif cfg.focus == "turns":
+    elif cfg.focus in ("split", "turns"):
+        if cfg.focus == "split":  # (as turns, on 3 or 5 nodes)
+            cfg.nodes = rng.choice((3, 5))
         cfg.processes = rng.choice((2, 3))
         cfg.tasks = rng.choice((3, 4, 5))
         cfg.ops = ("lock", "lock", "manual", "reentrant")

@@ -209,7 +209,7 @@ HANDOVER_FROM = 2**50
 #: once after it (``Worker._body``): a worker that extends after each batch, its last
 #: batch done. A shortening one is announced, and the heads of its own process hear it
 #: as its release goes out (the schedule of seed 17592286046564, which a body's steps
-#: 2 to 60 ms apart seldom gave). The search starts here (nineteenth session).
+#: 2 to 60 ms apart seldom gave). The search started here in the nineteenth session.
 FINAL_FROM = 2**51
 #: Seeds from here on draw one more focus (``workload.FOCI_SPLIT``): ``split``, the turn
 #: queue's shapes on 3 or 5 nodes under "split" faults (run.make_faults): a process's
