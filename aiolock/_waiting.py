@@ -116,24 +116,23 @@ class Waiting:
     def released(self, key: bytes, *, pass_on: bool = False, valid: bool = True) -> Taker | bool:
         """A task of this process is releasing ``key``: wake the head of its queue.
 
-        Woken now, the local head's acquire follows the release on every node's
-        connection and always wins: other processes would never get the lock while
-        this one has waiters. So after ``LOCAL_STREAK`` local handoffs in a row the
-        local head is not woken early, and a wake-up it had (heard during its attempt,
-        before this release: seed 17592286046564) is dropped: it learns of the release
-        from pub/sub, like the waiters of every other process, whose turn goes first.
+        Woken now, the local head's acquire follows the release on every node's connection and
+        always wins: other processes would never get the lock while this one has waiters. So
+        after ``LOCAL_STREAK`` local handoffs in a row the local head is not woken early, and a
+        wake-up it had (heard during its attempt, before this release: seed 17592286046564) is
+        dropped: it learns of the release from pub/sub, like the waiters of every other process,
+        whose turn goes first.
 
         Returns whether the lock goes to a local waiter: the release then says so
-        (:data:`~aiolock._scripts.NOT_FREE`; see the module's docstring). After a
-        handoff that found no other process in the turn queue, the streak is
-        ``LONE_STREAK`` long: its end lets in processes that wait out of line. Only a
-        handoff reads the line: a release that wakes a head busy with its own attempt
-        forgets it (whoever joined since must not wait out a lone streak). A streak
-        survives the queue emptying while the lock stays here (``Streaks``), and the
-        release of a hold that expired (``valid=False``: it may release nothing, the
-        lock taken since by another task of ours), which after we gave way wakes
-        nobody (seed 70368841183464). ``pass_on``: the caller can pass the lock on in
-        one script (a plain lock); when the head sleeps, it is claimed and returned.
+        (:data:`~aiolock._scripts.NOT_FREE`; see the module's docstring). After a handoff that
+        found no other process in the turn queue, the streak is ``LONE_STREAK`` long: its end
+        lets in processes that wait out of line. Only a handoff reads the line: a release that
+        wakes a head busy with its own attempt forgets it (whoever joined since must not wait
+        out a lone streak). A streak survives the queue emptying while the lock stays here
+        (``Streaks``), and the release of a hold that expired (``valid=False``: it may release
+        nothing, the lock taken since by another task of ours), which after we gave way wakes
+        nobody (seed 70368841183464). ``pass_on``: the caller can pass the lock on in one script
+        (a plain lock); when the head sleeps, it is claimed and returned.
         """
         queue = self._queues.get(key)
         if queue is None:
@@ -251,8 +250,7 @@ class Waiting:
             queue.takers[turn] = offer
         try:
             if not turn.done():
-                # asyncio.wait, not a cancel scope: cancelling the wait would cancel
-                # the turn future itself.
+                # asyncio.wait, not a cancel scope (that would cancel the turn itself).
                 left = deadline - self._clock()
                 await asyncio.wait([turn], timeout=None if math.isinf(left) else max(0.0, left))
                 if not turn.done():
@@ -279,15 +277,12 @@ class Waiting:
                         while back > 0 and not queue.wake.is_set():  # (its turn, polled)
                             with anyio.move_on_after(min(back, deadline - self._clock())):
                                 await queue.wake.wait()
-                            if offer is not None and offer.claimed:
-                                break  # claimed meanwhile: its handoff decides (8796103035398)
-                            # A release of ours may have given way again meanwhile: the
-                            # process named then has its poll first too (9007199254748187).
+                            # (Again if ours gave way again meanwhile: 9007199254748187.)
                             back = queue.holding_back(clock=self._clock)
-                            if self._clock() >= deadline:
+                            if (offer is not None and offer.claimed) or self._clock() >= deadline:
                                 break
                         if offer is not None and offer.claimed:
-                            continue
+                            continue  # claimed meanwhile: its handoff decides (8796103035398)
                         queue.wake.clear()
                         queue.gave_way = None
                         if queue.entry is not None and queue.polling():
@@ -351,8 +346,7 @@ class Waiting:
         for channel in queue.channels:
             del self._by_channel[channel]
             if queue.promised or unused_turn:
-                # We said a waiter of ours takes the lock, and none did: the other
-                # processes' waiters must hear that it is free.
+                # We said a waiter of ours takes it, and none did: others must hear it free.
                 self._announce(channel)
         if queue.subscribed:
             for subscriber in queue.listeners:
