@@ -29,7 +29,7 @@ pytest.importorskip("lupa")
 
 from tests.sim.kept import CAUGHT, REGRESSIONS
 from tests.sim.server import Error, Status, Store
-from tests.sim.world import LONE_FROM
+from tests.sim.world import GRANTS_FROM
 
 ROOT = Path(__file__).resolve().parent.parent
 #: How many schedules every run of the suite searches (``nox -s sim`` searches on).
@@ -323,6 +323,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "cleaned-nodes-read-after-decision",
         "busy-head-wake-believes-alone",
         "held-back-for-one-give-way-only",
+        "break-2-rolling-pauses",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(
@@ -366,7 +367,7 @@ def test_named_mutants_are_caught_by_the_seeds_the_search_found(
 @pytest.mark.timeout(900)  # about 40 s each on 2 idle cores
 @pytest.mark.parametrize(
     "first",
-    [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), LONE_FROM],
+    [int(os.environ.get("AIOLOCK_SIM_FIRST", "1")), GRANTS_FROM],
     ids=["first", "search"],
 )
 def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
@@ -382,8 +383,9 @@ def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
     polls, blocks past it, connections gone silent; pub/sub connections dropped in runs
     the liveness rules judge; handovers that extend before they detach; runs focused
     on handovers whose attach shortens the lock; bodies that end with an extend(),
-    released at once after it; runs focused on releases split across the nodes, and
-    on a process's streaks run alone): the search must find nothing."""
+    released at once after it; runs focused on releases split across the nodes, on
+    a process's streaks run alone, and on grants under rolling pauses): the search
+    must find nothing."""
     count = BUDGET // 2
     out = subprocess.run(
         [sys.executable, "-m", "tests.sim", "search", "--first", str(first), "--count", str(count)],

@@ -44,7 +44,7 @@ from pathlib import Path
 
 from .kept import CAUGHT, kept
 from .run import Result, run, shape, shrink
-from .world import LONE_FROM
+from .world import GRANTS_FROM
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -266,7 +266,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.sim")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("search")
-    first = LONE_FROM + int.from_bytes(os.urandom(4), "big")
+    first = GRANTS_FROM + int.from_bytes(os.urandom(4), "big")
     s.add_argument("--first", type=int, default=first)
     s.add_argument("--count", type=int)
     s.add_argument("--seconds", type=float)

@@ -46,6 +46,7 @@ from .world import (
     DEATH_FROM,
     FINAL_FROM,
     FOCUS_FROM,
+    GRANTS_FROM,
     HANDOVER_FROM,
     LAG_FROM,
     LIVE_FROM,
@@ -250,7 +251,9 @@ def make_config(seed: int) -> Config:
         cfg.nudge = random.Random(f"nudge-{seed}").choice((0.0, 0.2, 0.5))
     if seed >= FOCUS_FROM:
         foci = (
-            FOCI_LONE
+            FOCI_GRANTS
+            if seed >= GRANTS_FROM
+            else FOCI_LONE
             if seed >= LONE_FROM
             else FOCI_SPLIT
             if seed >= SPLIT_FROM
@@ -378,6 +381,14 @@ FOCI_SPLIT: dict[str, tuple[str, ...]] = {**FOCI_HANDOVER, "split": ("split",)}
 #:   the first's streaks run alone and the second joins the line midway (world.LONE_FROM).
 #:   No fault: the liveness rules judge these runs.
 FOCI_LONE: dict[str, tuple[str, ...]] = {**FOCI_SPLIT, "lone": ()}
+#: From GRANTS_FROM on, one more:
+#:
+#: * ``grants``: one name, three processes of 1 or 2 tasks on 3 nodes, renewed locks and
+#:   extend()s, every waiter in line, pub/sub never refused (run.make_models), under
+#:   rolling pauses (run.paused_nodes): grants that a node makes as it comes back, to
+#:   a head that holds the lock by the other nodes since, heard after its renewals
+#:   counted that node (world.GRANTS_FROM).
+FOCI_GRANTS: dict[str, tuple[str, ...]] = {**FOCI_LONE, "grants": ("pause",)}
 
 
 def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FOCI) -> None:
@@ -404,6 +415,12 @@ def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FO
         cfg.short = rng.choice((0.7, 0.9))
         cfg.nudge = rng.choice((0.0, 0.2, 0.5))
         cfg.seconds = rng.uniform(4.0, 8.0)
+    elif cfg.focus == "grants":
+        cfg.nodes, cfg.processes, cfg.tasks = 3, 3, rng.choice((1, 2))
+        cfg.ops = ("lock", "extend", "extend", "manual")
+        cfg.ttl = rng.uniform(0.4, 1.2)
+        cfg.short = 0.0
+        cfg.seconds = rng.uniform(3.0, 6.0)
     elif cfg.focus == "renewal":
         cfg.processes, cfg.tasks = rng.choice((2, 3)), 2
         cfg.ops = ("lock", "lock", "extend", "reentrant")
@@ -866,6 +883,8 @@ class Worker:
             # is still asleep when the attach's key expires (a new waiter would read
             # the shorter one, and take the lock as it expires).
             return self.rng.uniform(3.0, 6.0) * self.cfg.ttl
+        if self.cfg.focus == "grants":  # (waiters in line: offers, grants)
+            return self.rng.uniform(0.5, 3.0)
         return self.rng.choice((0.0, self.rng.uniform(0.05, 3.0)))
 
     async def _body(
