@@ -34,9 +34,11 @@ __all__ = [
 
 #: The constant part of the clock-drift allowance, in seconds (2 ms).
 DRIFT_FLOOR: Final = 0.002
-#: After a split vote, a waiter pauses up to this many times its attempt's duration
-#: (see split_pause).
+#: After a split vote, a waiter pauses up to this many times its attempt's duration,
+#: twice as many after each split vote of its wait before (see split_pause)...
 SPLIT_PAUSE: Final = 2.0
+#: ... and never longer than this, in seconds: a release during the pause goes unheard.
+SPLIT_PAUSE_LONGEST: Final = 0.2
 
 _PENDING: Final[Any] = object()
 
@@ -331,7 +333,7 @@ async def wait_decided(votes: _Awaited) -> None:
     raise cancelled
 
 
-def split_pause(outcome: object, took: float) -> float:
+def split_pause(outcome: object, took: float, before: int = 0) -> float:
     """How long a waiter pauses before it tries again after ``outcome`` (0: it need not).
 
     An attempt that split the vote (:attr:`Attempt.split`) woke every waiter with its
@@ -342,9 +344,17 @@ def split_pause(outcome: object, took: float) -> float:
     try again after a random pause, here up to :data:`SPLIT_PAUSE` times the attempt's
     own duration ``took`` (its round trips, clean-up included), so that the first to
     try again takes every free node before the others' attempts arrive.
+
+    ``before``: the split votes of the same wait before this one; each doubles the
+    pause's bound, up to :data:`SPLIT_PAUSE_LONGEST`. Where nobody can win (seed
+    9007199254741396: a stale key on 2 nodes of 5, a third quarantined), every attempt
+    splits the vote, and each clean-up's message woke the rival at once: two waiters
+    tried about 500 times a second each for as long as the key or the quarantine
+    lasted. An exponential backoff, as a shared medium's.
     """
     if isinstance(outcome, Attempt) and outcome.split:
-        return random.uniform(0.0, SPLIT_PAUSE * took)
+        bound = SPLIT_PAUSE * took * 2.0 ** min(before, 30)
+        return random.uniform(0.0, min(bound, SPLIT_PAUSE_LONGEST))
     return 0.0
 
 

@@ -22,8 +22,8 @@ few hundred critical sections a second, each handoff tens of milliseconds. Inste
   the name's turn queue on the nodes, and a release names the process whose turn it
   is; the others do not try (see ``_turns.py``). Where it can, the release grants
   that process the lock outright, which then makes no attempt (see ``_grants.py``).
-* **After a split vote the head pauses** (random, up to twice its attempt's time)
-  before it tries again: its clean-up woke every waiter (see ``_votes.split_pause``).
+* **After a split vote the head pauses** (random, longer at each one; see
+  ``_votes.split_pause``) before it tries again: its clean-up woke every waiter.
 * **A lost message costs at most one ttl, never a hang**: the head also wakes when
   the holder's key would expire (its PTTL, from the failed attempt), when a pub/sub
   connection is lost, and at the caller's deadline.
@@ -203,10 +203,7 @@ class Waiting:
             queue.heard(message)
 
     def _on_reset(self) -> None:
-        """A pub/sub connection dropped (or refused us): each queue makes up for it.
-
-        A release or a grant to us may have been lost (see Queue.reset).
-        """
+        """A pub/sub connection dropped (or refused us): each queue makes up for it."""
         turns = self._turns
         for key, queue in self._queues.items():
             grants = None if turns is None else grant_channel(key, turns.member)
@@ -245,6 +242,7 @@ class Waiting:
             turn.set_result(None)
         taken: float | None = None
         won: Attempt | None = None
+        splits = 0  # (split votes so far)
         offer = None if taker is None else Taker(*taker)
         if offer is not None:
             queue.takers[turn] = offer
@@ -291,7 +289,8 @@ class Waiting:
                         result = await attempt_as_head(attempt, offer)
                         if offer is not None and self._grants is not None:
                             self._grants.tried(offer.token, result)  # (its clean-up)
-                        if pause := split_pause(result, self._clock() - began):
+                        if pause := split_pause(result, self._clock() - began, splits):
+                            splits += 1  # (the next pause twice as long: 9007199254741396)
                             await anyio.sleep(min(pause, max(0.0, deadline - self._clock())))
                     if result.expires_at is not None:
                         # (A lease's votes are no node's: its offer was taken nowhere.)

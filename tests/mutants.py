@@ -915,9 +915,21 @@ MUTANTS = [
     Mutant(
         "a waiter whose attempt split the vote tries again at once",
         "aiolock/_votes.py",
-        "        return random.uniform(0.0, SPLIT_PAUSE * took)\n",
+        "        return random.uniform(0.0, min(bound, SPLIT_PAUSE_LONGEST))\n",
         "        return 0.0\n",
         ("tests/test_waiting.py::test_waiters_that_split_the_vote_back_off_and_one_of_them_wins",),
+    ),
+    # The twenty-first session's fix (seed 9007199254741396, stopped as busy): where
+    # nobody could win, every attempt split the vote, and the pause stayed as short.
+    Mutant(
+        "a split vote's pause does not grow with the split votes before it",
+        "aiolock/_votes.py",
+        "        bound = SPLIT_PAUSE * took * 2.0 ** min(before, 30)\n",
+        "        bound = SPLIT_PAUSE * took\n",
+        (
+            "tests/test_waiting.py::"
+            "test_waiters_that_nobody_can_win_back_off_further_at_every_split_vote",
+        ),
     ),
     # The thirteenth session's fix (seed 140737492368453, no fault): a shortening of
     # ours, heard only after our release had named another process, woke the head.

@@ -19,7 +19,7 @@ import redis.asyncio as redis
 from aiolock import Lock, LockLost, LockManager, LockNotOwned, _scripts
 from aiolock._pubsub import Subscriber
 from aiolock._waiting import Outcome, Taker
-from aiolock.testing import Servers, command, nemesis, script
+from aiolock.testing import Server, Servers, command, nemesis, script
 
 from .conftest import TurnScripts, count_attempts, elsewhere, key, scripts_run, settled_keys
 
@@ -415,6 +415,45 @@ async def test_waiters_that_split_the_vote_back_off_and_one_of_them_wins(
         assert took < 3.0, f"nobody won in {took:.2f} s, {attempts} attempts"
         [winner] = [handle for handle, wait in zip(handles, waits, strict=True) if wait in done]
         await winner.release()
+
+
+async def test_waiters_that_nobody_can_win_back_off_further_at_every_split_vote(
+    servers: Servers, clients: list[redis.Redis], name: str
+) -> None:
+    # Found by the simulation (seed 9007199254741396, stopped as busy: 300,000 messages
+    # in 4 s of its time). A stale key held 2 nodes of 5 and a third had restarted
+    # (quarantined: its yes does not count), so nobody could win: two waiters took the
+    # 2 free nodes, failed, and each clean-up's message ("free": a split vote) woke the
+    # other at once. The split pause (up to twice the attempt's time) was a millisecond
+    # or two: they tried about 500 times a second each for as long as the stale key or
+    # the quarantine lasted. Now the pause doubles at every split vote of the wait.
+    grace = 6.0
+    deadline = time.monotonic() + grace + 10
+    while min([(await c.info("server"))["uptime_in_seconds"] for c in clients]) <= grace:
+        assert time.monotonic() < deadline, "the servers stayed young"  # (restarted before)
+        await asyncio.sleep(0.2)
+    async with contextlib.AsyncExitStack() as stack:
+        managers = [
+            await stack.enter_async_context(LockManager(servers, restart_grace=grace))
+            for _ in range(2)
+        ]
+        for manager in managers:  # each knows every server's run_id, none quarantined
+            lock = manager.lock(name + "-warm", ttl=1.0, auto_renew=False)
+            assert await lock.acquire(timeout=0)
+            await lock.release()
+        restarted = servers.servers[2]
+        assert isinstance(restarted, Server)
+        await restarted.restart()  # quarantined for the grace (its uptime is less)
+        for client in clients[:2]:
+            await client.set(key(name), b"S" * 20, px=10_000)
+        counts = [count_attempts(manager) for manager in managers]
+        handles = [manager.lock(name, ttl=5, auto_renew=False) for manager in managers]
+        took = await asyncio.gather(*(handle.acquire(timeout=3) for handle in handles))
+        attempts = [count[0] for count in counts]
+    assert took == [False, False], attempts
+    # On the old code 3,078 to 3,293 attempts (2 idle cores; 1,729 with both busy);
+    # now 71 to 83.
+    assert sum(attempts) < 300, attempts
 
 
 async def test_a_failed_attempt_clean_up_says_not_free_only_when_one_holder_has_a_quorum(

@@ -166,6 +166,17 @@ REGRESSIONS: list[tuple[int, list[int] | None, str]] = [
     # and its clean-up deleted the grants; p1's head won the race that followed, 8
     # holdings in a row. A grant undone so now ends a streak, as a give-back does.
     (2251799815687419, None, "checker: a grant undone by its head's own clean-up ends a streak"),
+    # Found by the twenty-first session's search from 2**47 + 2e6 against a named
+    # mutant (3,356 schedules), failing on main too, no fault needed: p1t2's attempt on
+    # "a" failed, the holder's key 306 ms from its end; p1t1's lock_many took "a" as it
+    # expired, timed out on "b" and let it go unheld; p1t2 took "a" then, 0.75 s on.
+    # The sleeps rule ("woken at the quorum's expiry") was told of holdings only, not of
+    # a name taken unheld: it is now excused by the manager's "acquired" event too.
+    (140737490358683, None, "checker: a lock_many's name taken unheld ends a sleep"),
+    # Kept for "a script first used while the node is down counts as loaded on its next
+    # connection" until the twenty-first session's split pause moved its schedule (see
+    # CAUGHT): a regression since.
+    (140737490355870, [1, 3, 4, 5, 6, 7, 8, 10, 11, 13, 15], "a failed pass-on's clean-up"),
 ]
 
 #: What the search found on its own with a named mutant of tests/mutants.py applied (a
@@ -759,12 +770,17 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # Its kill, lost to the thirteenth session's split pause, came back with the
     # fourteenth session's fix (a process that lost a pub/sub connection joins the line
     # again at once), which moved its schedule again: the clean-up's EVAL retry, run
-    # after a later script, deleted nothing (moved here from the regressions).
+    # after a later script, deleted nothing. Lost again to the twenty-first session's
+    # split pause (its seed a regression since), and not found in 6,052 schedules from
+    # 2**47 + 2e6 nor 6,061 from 2**54 + 5e10: the harm needs a later script to matter.
+    # The rule "scripts run in order" reads the cause instead, a NOSCRIPT reply (in 300
+    # runs from 2**47 + 2e6: 147 in 32 runs with the mutant, none without); kept seed
+    # 41 kills it in 2.4 s (shrunk with the mutant applied to 2 of its faults).
     (
         "a script first used while the node is down counts as loaded on its next connection",
-        140737490355870,
-        [1, 3, 4, 5, 6, 7, 8, 10, 11, 13, 15],
-        "clean-ups leave no token",
+        41,
+        [8, 11],
+        "scripts run in order",
     ),
     # Found on main by the first search of runs whose pub/sub connections drop
     # (fourteenth session, from 2**48 + 7e6, --where drops; 19 schedules, 3.4 s; one
@@ -991,6 +1007,18 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         18014398509482024,
         [0, 1, 2],
         "kept",
+    ),
+    # Seen as busy by the searches from 2**53 (twentieth and twenty-first sessions; on
+    # main, where a search reports it apart): a stale key held 2 nodes of 5, a third
+    # had failed over (quarantined), so nobody could win; the 2 waiters' attempts took
+    # the 2 free nodes and split the vote, and each clean-up woke the other at once:
+    # 300,000 messages by 5.2 s. Fixed: the split pause doubles at every split vote of
+    # a wait (_votes.split_pause).
+    (
+        "a split vote's pause does not grow with the split votes before it",
+        9007199254741396,
+        [0, 1, 2, 3],
+        "busy",
     ),
 ]
 

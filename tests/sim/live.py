@@ -272,7 +272,11 @@ class Liveness:
         """``process`` acquired the lock ``name`` (its manager's event), a body to follow
         or not: a ``lock_many`` that took it, then timed out on another name, let it go
         unheld (seed 281474982719307: the streak of the process that held it before and
-        after, read as one of 8). Another process's streak ends there."""
+        after, read as one of 8). Another process's streak ends there. Its sleep after a
+        failed attempt ends there too (sleeps.py: seed 140737490358683, the lock_many's
+        task took the name its other task's wait had failed on, and let it go unheld)."""
+        if self.sleeps is not None:
+            self.sleeps.excused(name, process)
         who, _ = self.streaks.get(name, (process, 0))
         if who != process:
             self.given_back(name)

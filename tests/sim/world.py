@@ -916,6 +916,16 @@ class SimNode:
                     f"clean-ups leave no token: n{self.index} kept {command[3].decode()} of "
                     f"token {left!r} after a failed pass-on's clean-up at {self.world.now:.6f}"
                 )
+        if sha is not None and isinstance(reply, Error) and reply.message.startswith("NOSCRIPT"):
+            # "Scripts run in order" (aiolock._node.Node.call_script): a script is loaded
+            # on a connection before its first EVALSHA there, on the same ordered
+            # connection; answered NOSCRIPT, its EVAL retry would run after whatever was
+            # written behind it. Nothing flushes a node's scripts but a restart, which
+            # drops its connections (seed 140737490355870).
+            self.world.promises.append(
+                f"scripts run in order: n{self.index} answered {link.name}'s EVALSHA "
+                f"{sha[:8].decode()} NOSCRIPT at {self.world.now:.6f}"
+            )
         if held and not self._in_line(command[3], command[7]):
             self.world.promises.append(
                 f"stays in line: n{self.index} took {command[7].decode()} out of the line of "
@@ -1222,8 +1232,8 @@ class World:
         self.wire: list[str] = []
         #: What the nodes did against the rules read on them, whatever the faults
         #: ("stays in line", "repairs take no key", "clean-ups leave no token", "expired
-        #: releases announce", "a refresh without an offer withdraws it":
-        #: SimNode._execute; "repairs follow a won renewal": Link.from_client).
+        #: releases announce", "a refresh without an offer withdraws it", "scripts run in
+        #: order": SimNode._execute; "repairs follow a won renewal": Link.from_client).
         self.promises: list[str] = []
         #: (key, token) -> node -> whether its last renewal batch extended the key there.
         self.renewed: dict[tuple[bytes, bytes], dict[int, bool]] = {}
