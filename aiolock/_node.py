@@ -191,20 +191,17 @@ class Node(ReplyReader):
             return
         if self._connecting is None:
             if now < self._retry_at:
-                # Back-off after a failed connect: fail fast, the node counts as a
-                # failed vote until it may be tried again.
+                # Back-off after a failed connect: fail fast (a failed vote) until then.
                 callback(self._last_error)
                 return
             self._connecting = asyncio.get_running_loop().create_task(self._connect())
         self._queued.append((packed, callback, script, args, now + self._request_timeout))
 
     def _write(self, packed: bytes) -> None:
-        # The first request of a loop iteration is written at once (a lone fan-out
-        # waits for nothing); the node's later requests of the same iteration leave
-        # together at its end (a call_soon), or as soon as COALESCE_REQUESTS wait.
-        # System calls, not bytes, are what costs: 100 tasks on 100 names ran about 2.4x
-        # as many cycles a second. The wait here counts neither against node_timeout (see
-        # WriteTimer) nor for the stall watchdog (see _flush).
+        # A loop iteration's first request is written at once; the node's later ones
+        # leave together at its end (call_soon), or once COALESCE_REQUESTS wait. System
+        # calls, not bytes, cost: 100 tasks on 100 names ran 2.4x as many cycles a second.
+        # The wait counts neither against node_timeout (WriteTimer) nor the watchdog (_flush).
         transport = self._transport
         if transport is None:
             return
@@ -220,15 +217,14 @@ class Node(ReplyReader):
 
     def _flush(self, transport: asyncio.Transport) -> None:
         buffered = self._buffered
-        # Only to the connection the requests were written for: after a reset their
-        # callbacks have failed already, and a new connection must not get them.
+        # Only to their connection: after a reset their callbacks failed already.
         if buffered is None or self._buffered_for is not transport:
             return
         self._buffered = self._buffered_for = None
         if buffered and transport is self._transport:
             transport.write(buffered[0] if len(buffered) == 1 else b"".join(buffered))
-            # The last ones waiting: written a node_timeout or more after they were sent (a
-            # task blocked the loop), their wait counts from now for the watchdog.
+            # Written a node_timeout or more after they were sent (a task blocked the loop):
+            # for the watchdog, their wait counts from now.
             pending, now = self._pending, time.monotonic()
             first = max(0, len(pending) - len(buffered))
             if first < len(pending) and now - pending[first][3] > self._request_timeout:
@@ -277,9 +273,11 @@ class Node(ReplyReader):
         self._identified = asyncio.get_running_loop().create_future()
         transport.write(pack(_INFO_SERVER))
         self._pending.append((self._on_info, None, _INFO_SERVER, now))
-        # Load the scripts next, so that they are known before the first EVALSHA runs (and
-        # those first used with no connection up, whose SCRIPT LOAD failed or expired).
-        loads, self._loads_due = (*self._scripts, *self._loads_due), []
+        # The scripts next, before any EVALSHA: those first used while down too, and those
+        # of EVALSHAs queued as a reset lost their load (seed 18014428509482168).
+        lost = [q[2] for q in self._queued if q[2] is not None and q[2].sha not in self._loaded]
+        self._loaded.update(script.sha for script in lost)
+        loads, self._loads_due = (*self._scripts, *self._loads_due, *lost), []
         for loaded in loads:
             load = (b"SCRIPT", b"LOAD", loaded.source)
             transport.write(pack(load))

@@ -1060,6 +1060,18 @@ MUTANTS = [
             "test_a_script_first_used_while_the_node_is_down_still_runs_in_order",
         ),
     ),
+    # The twenty-first session's fix (seed 18014428509482168, by the rule "scripts run in
+    # order"): an EVALSHA queued as a reset lost its script's load went out without it.
+    Mutant(
+        "an EVALSHA queued as a reset lost its script's load is sent without it",
+        "aiolock/_node.py",
+        "        loads, self._loads_due = (*self._scripts, *self._loads_due, *lost), []\n",
+        "        loads, self._loads_due = (*self._scripts, *self._loads_due), []\n",
+        (
+            "tests/test_node_io.py::"
+            "test_a_script_whose_load_was_lost_with_a_silent_connection_runs_in_order",
+        ),
+    ),
     Mutant(
         "a renewal batch's budget covers all its script calls, not each",
         "aiolock/_quorum.py",

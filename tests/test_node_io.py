@@ -175,6 +175,36 @@ async def test_a_request_kept_in_the_write_buffer_through_a_block_is_timed_from_
         assert node._transport is transport  # never reset
 
 
+async def test_a_script_whose_load_was_lost_with_a_silent_connection_runs_in_order(
+    urls: list[str], name: str
+) -> None:
+    # A script's first use went out on a connection that had gone silent: its SCRIPT
+    # LOAD never reached the server. Its next use counted it as loaded, and sending that
+    # EVALSHA reset the silent connection (the watchdog, below): the EVALSHA went out
+    # on the new connection, which loads only the usual scripts, was answered NOSCRIPT,
+    # and its retry ran after a request sent behind it (found by the simulation's rule
+    # "scripts run in order", seed 18014428509482168: a read-write lock's script).
+    loop = asyncio.get_running_loop()
+    script = Script(b"redis.call('set', KEYS[1], ARGV[1]) return 1 -- " + name.encode())
+    key = name.encode()
+    async with proxies(urls[:1]) as (proxy,), LockManager([proxy.url], restart_grace=0) as locks:
+        node = await _connected(locks)
+        lost: asyncio.Future[Any] = loop.create_future()
+        proxy.mode = Mode.BLACKHOLE
+        node.call_script(script, (b"1", key, b"lost"), lost.set_result)
+        await asyncio.sleep(MIN_STALL_TIMEOUT + 0.2)
+        proxy.mode = Mode.PASS
+        replies: list[asyncio.Future[Any]] = [loop.create_future() for _ in range(2)]
+        node.call_script(script, (b"1", key, b"first"), replies[0].set_result)
+        node.call((b"SET", key, b"second"), replies[1].set_result)
+        async with asyncio.timeout(10):
+            assert isinstance(await lost, TimeoutError)
+            assert [await reply for reply in replies] == [1, b"OK"]
+        last: asyncio.Future[Any] = loop.create_future()
+        node.call((b"GET", key), last.set_result)
+        assert await last == b"second"  # the script ran first, as sent
+
+
 async def test_a_silent_connection_is_reset_once_its_oldest_request_waited_too_long(
     urls: list[str],
 ) -> None:

@@ -325,6 +325,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
         "held-back-for-one-give-way-only",
         "break-2-rolling-pauses",
         "split-pause-never-grows",
+        "load-lost-with-reset",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(
