@@ -15,8 +15,8 @@ from ._checks import shown
 from ._connection import display_url
 from ._errors import LockLost, QuorumError
 from ._keys import lock_key
+from ._lua import FORCE_RELEASE_SCRIPT
 from ._manager import LockManager
-from ._scripts import FORCE_RELEASE
 from .testing import Server, redis_servers
 
 __all__ = ["main"]
@@ -177,7 +177,9 @@ async def _force_release(name: str, nodes: Sequence[_NodeArg], prefix: str) -> i
         try:
             # Deletes and wakes the waiters in one call (RedisCluster has no
             # publish() before redis-py 8).
-            reply: Any = client.eval(FORCE_RELEASE.decode(), 1, key)  # typed str in 5.x
+            reply: Any = client.eval(
+                FORCE_RELEASE_SCRIPT.source.decode(), 1, key
+            )  # typed str in 5.x
             deleted = await reply
             print(f"  {url}: {'deleted' if deleted else 'was free'}")
         except Exception as exc:

@@ -45,9 +45,9 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from ._connection import Callback, cluster_endpoint, ignore, node_name
+from ._lua import Script
 from ._node import Node
 from ._redis import cluster_addresses
-from ._scripts import Script
 
 __all__ = ["Address", "ClusterNode"]
 

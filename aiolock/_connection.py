@@ -24,6 +24,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import AskError, ClusterDownError, ResponseError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from ._lua import Script
 from ._redis import (
     cluster_addresses,
     cluster_connection,
@@ -31,7 +32,6 @@ from ._redis import (
     sentinel_service,
     take_over,
 )
-from ._scripts import Script
 
 __all__ = [
     "BACKOFF_FIRST",

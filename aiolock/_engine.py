@@ -33,19 +33,20 @@ from ._events import EventKind, LockEvent, logger
 from ._grants import Grants
 from ._info import LockInfo, decided, summarize
 from ._keys import fence_key, lock_key, turn_keys
-from ._node import Node
-from ._quorum import Quorum
-from ._renewal import Renewer
-from ._scripts import (
+from ._lua import (
     EXTEND_MANY_SCRIPT,
     INSPECT_SCRIPT,
     NOT_FREE,
+    RELEASE_TURN_SCRIPT,
     REPAIR_SCRIPT,
     SCRIPTS,
+    TURN_SCRIPTS,
     Script,
 )
+from ._node import Node
+from ._quorum import Quorum
+from ._renewal import Renewer
 from ._tasks import TaskHolds
-from ._turn_scripts import RELEASE_TURN_SCRIPT, TURN_SCRIPTS
 from ._turns import Turns
 from ._votes import Votes
 from ._waiting import Waiting

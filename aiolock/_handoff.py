@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import anyio
 
 from ._connection import ignore
-from ._scripts import NOT_FREE, PASS_ON_SCRIPT, RELEASE_EITHER_SCRIPT, RELEASE_SCRIPT
+from ._lua import NOT_FREE, PASS_ON_SCRIPT, RELEASE_EITHER_SCRIPT, RELEASE_SCRIPT
 from ._votes import Attempt, Votes
 
 if TYPE_CHECKING:

@@ -48,8 +48,8 @@ from ._connection import (
     unread,
 )
 from ._events import logger
+from ._lua import Script
 from ._redis import error_from_reply
-from ._scripts import Script
 
 __all__ = ["Node"]
 

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from . import _turns
-from ._scripts import SHORTENED
+from ._lua import SHORTENED
 
 if TYPE_CHECKING:
     from ._handoff import Taker

@@ -31,7 +31,7 @@ from ._batch import BatchVotes, batch_chunks, chunk_args
 from ._connection import Callback, call_with_keys_asked, ignore
 from ._fencing import fence_retention
 from ._keys import fence_key as fence_key_of
-from ._scripts import (
+from ._lua import (
     ACQUIRE_SCRIPT,
     EXTEND_MANY_SCRIPT,
     EXTEND_SCRIPT,

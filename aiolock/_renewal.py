@@ -44,8 +44,8 @@ from ._events import Emit, logger
 from ._fencing import fence_retention
 from ._hold import Hold
 from ._keys import fence_key
+from ._lua import REPAIR_SCRIPT
 from ._quorum import Quorum
-from ._scripts import REPAIR_SCRIPT
 from ._votes import milliseconds
 
 __all__ = ["Renewal", "Renewer"]

@@ -25,10 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 from ._base import Configured
 from ._checks import shown
-from ._handle_scripts import RW_READ_SCRIPT, RW_RELEASE_SCRIPT, RW_WRITE_SCRIPT
 from ._keys import RWKeys
 from ._lock import Lock
-from ._scripts import Script
+from ._lua import RW_READ_SCRIPT, RW_RELEASE_SCRIPT, RW_WRITE_SCRIPT, Script
 from ._votes import Attempt, Votes
 
 if TYPE_CHECKING:

@@ -30,10 +30,9 @@ from typing import TYPE_CHECKING, Final
 from ._base import BaseHandle
 from ._checks import shown
 from ._errors import LockNotOwned, QuorumError
-from ._handle_scripts import SEM_ACQUIRE_SCRIPT, SEM_CHECKS, SEM_RELEASE_SCRIPT
 from ._keys import release_channel, semaphore_index, slot_key
 from ._lock import TOKEN_BYTES, Lock
-from ._scripts import NOT_FREE
+from ._lua import NOT_FREE, SEM_ACQUIRE_SCRIPT, SEM_CHECKS, SEM_RELEASE_SCRIPT
 
 if TYPE_CHECKING:
     from ._engine import Engine

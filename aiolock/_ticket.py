@@ -1,7 +1,7 @@
 """Tickets: a held lock handed from one handle (or process) to another.
 
 ``lock.detach()`` returns a ticket; ``locks.attach(ticket)`` in any process takes the
-lock over on a quorum (see ``HANDOVER`` in _scripts.py: the key gets a new token, so a
+lock over on a quorum (see handover.lua in _lua/: the key gets a new token, so a
 ticket works once). A ticket carries the lock's token: it is a secret, like a password.
 Its format: ``aiolock-ticket.1.`` and URL-safe base64 of a small JSON object.
 """

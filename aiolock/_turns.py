@@ -48,8 +48,7 @@ from typing import TYPE_CHECKING, Final
 
 from ._fencing import fence_retention
 from ._keys import turn_keys
-from ._scripts import Script
-from ._turn_scripts import TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
+from ._lua import TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT, Script
 from ._votes import milliseconds
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from typing import Any, Final, Protocol
 import anyio
 
 from ._connection import Callback
-from ._scripts import Script
+from ._lua import Script
 
 __all__ = [
     "DRIFT_FLOOR",

@@ -48,9 +48,9 @@ from ._cluster_pubsub import ClusterSubscriber
 from ._grants import Grants
 from ._handoff import Line, Taker, attempt_as_head, others_in_line
 from ._keys import grant_channel, release_channel, turn_keys
+from ._lua import NOT_FREE
 from ._pubsub import Listener, Subscriber
 from ._queue import POLL_INTERVAL, Queue, Streaks, listening
-from ._scripts import NOT_FREE
 from ._turns import TAKEN_OUT, Turns
 from ._votes import Attempt, Outcome, Votes, split_pause
 
@@ -124,7 +124,7 @@ class Waiting:
         whose turn goes first.
 
         Returns whether the lock goes to a local waiter: the release then says so
-        (:data:`~aiolock._scripts.NOT_FREE`; see the module's docstring). After a handoff that
+        (:data:`~aiolock._lua.NOT_FREE`; see the module's docstring). After a handoff that
         found no other process in the turn queue, the streak is ``LONE_STREAK`` long: its end
         lets in processes that wait out of line. Only a handoff reads the line: a release that
         wakes a head busy with its own attempt forgets it (whoever joined since must not wait

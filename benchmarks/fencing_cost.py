@@ -13,7 +13,7 @@ import asyncio
 
 import redis.asyncio as redis
 
-from aiolock._scripts import ACQUIRE, RELEASE
+from aiolock._lua import ACQUIRE_SCRIPT, RELEASE_SCRIPT
 from aiolock.testing import redis_servers
 
 PLAIN = b"""\
@@ -26,7 +26,7 @@ N = 5000
 async def cost(client: redis.Redis, script: bytes, keys: list[str], args: list[object]) -> float:
     await client.config_resetstat()
     sha = await client.script_load(script)
-    release = await client.script_load(RELEASE)
+    release = await client.script_load(RELEASE_SCRIPT.source)
     for _ in range(N):
         await client.evalsha(sha, len(keys), *keys, *args)
         await client.evalsha(release, 1, keys[0], args[0])
@@ -42,7 +42,10 @@ async def main() -> None:
             for _ in range(3):
                 plain = await cost(client, PLAIN, ["k"], [token, 10000])
                 fenced = await cost(
-                    client, ACQUIRE, ["k", "k:fence"], [token, 10000, 3600000, 1795000000000000]
+                    client,
+                    ACQUIRE_SCRIPT.source,
+                    ["k", "k:fence"],
+                    [token, 10000, 3600000, 1795000000000000],
                 )
                 print(
                     f"server µs per acquire+release: plain {plain:.1f}, with fencing "

@@ -22,6 +22,13 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 class Mutant(NamedTuple):
+    """One break: ``old`` written as ``new`` in the package's file ``path``.
+
+    ``path`` is a file name (``votes.py``, ``acquire.lua``), found under ``aiolock/``
+    wherever the file lives (a move between folders keeps the mutant), or a path from
+    the repository's root where two files share the name.
+    """
+
     name: str
     path: str
     old: str
@@ -47,14 +54,14 @@ MUTANTS = [
     ),
     Mutant(
         "semaphore slot taken without NX",
-        "aiolock/_handle_scripts.py",
+        "sem_acquire.lua",
         "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n    redis.call('zadd'",
         "if redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) then\n    redis.call('zadd'",
         ("tests/test_primitives.py",),
     ),
     Mutant(
         "semaphore release deletes another holder's slot",
-        "aiolock/_handle_scripts.py",
+        "sem_release.lua",
         "if holder == ARGV[1] then",
         "if true then",
         ("tests/test_primitives.py",),
@@ -62,14 +69,14 @@ MUTANTS = [
     # Issue 17's handoff within a process (one script per node).
     Mutant(
         "handoff without comparing the old token",
-        "aiolock/_scripts.py",
+        "pass_on.lua",
         "if holder == ARGV[5] then",
         "if true then",
         ("tests/test_waiting.py",),
     ),
     Mutant(
         "a failed handoff's clean-up keeps the waiter's token",
-        "aiolock/_scripts.py",
+        "release_either.lua",
         "if holder == ARGV[1] or holder == ARGV[2] then",
         "if holder == ARGV[2] then",
         ("tests/test_waiting.py",),
@@ -125,7 +132,7 @@ MUTANTS = [
     ),
     Mutant(
         "acquire script ignores the stored fencing counter",
-        "aiolock/_scripts.py",
+        "_fence.lua",
         "if last and last >= fence then",
         "if false then",
         ("tests/test_fencing.py",),
@@ -223,7 +230,7 @@ MUTANTS = [
     ),
     Mutant(
         "repair overwrites another holder's key",
-        "aiolock/_scripts.py",
+        "repair.lua",
         "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then\n    local last",
         "if redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) then\n    local last",
         ("tests/test_failures.py",),
@@ -231,16 +238,14 @@ MUTANTS = [
     # Rules of 0.1, in the scripts (out of mutmut's reach).
     Mutant(
         "acquire without NX",
-        "aiolock/_scripts.py",
-        # (ACQUIRE's, not REPAIR's, which has the same line.)
-        'ACQUIRE = (\n    b"""\\\n'
+        "acquire.lua",
         "if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then",
-        "ACQUIRE = (\n    b\"\"\"\\\nif redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) then",
+        "if redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2]) then",
         ("tests/test_lock.py",),
     ),
     Mutant(
         "release deletes without comparing the token",
-        "aiolock/_scripts.py",
+        "release.lua",
         "if redis.call('get', KEYS[1]) == ARGV[1] then\n    redis.call('del', KEYS[1])\n"
         "    redis.call('publish', KEYS[1] .. ':released', ARGV[2] or '')",
         "if true then\n    redis.call('del', KEYS[1])\n"
@@ -249,7 +254,7 @@ MUTANTS = [
     ),
     Mutant(
         "extend re-creates an expired key",
-        "aiolock/_scripts.py",
+        "extend.lua",
         "if redis.call('get', KEYS[1]) == ARGV[1] then\n    if redis.call('pttl', KEYS[1]) > "
         "tonumber(ARGV[2]) then\n        redis.call('publish', KEYS[1] .. ':released', 's')\n"
         "    end\n    return redis.call('pexpire', KEYS[1], ARGV[2])\nend\nreturn 0",
@@ -258,7 +263,7 @@ MUTANTS = [
     ),
     Mutant(
         "renewal batch extends keys of other tokens",
-        "aiolock/_scripts.py",
+        "extend_many.lua",
         "if redis.pcall('get', KEYS[i]) == ARGV[2 * i - 1] then",
         "if true then",
         ("tests/test_renewal.py",),
@@ -329,7 +334,7 @@ MUTANTS = [
     ),
     Mutant(
         "turn release deletes without comparing the token",
-        "aiolock/_turn_scripts.py",
+        "release_turn.lua",
         "if holder and holder ~= ARGV[1] then\n    return 0\nend",
         "if false then\n    return 0\nend",
         ("tests/test_lock.py",),
@@ -377,7 +382,7 @@ MUTANTS = [
     ),
     Mutant(
         "a process named is passed over while the lock is held (it took it)",
-        "aiolock/_turn_scripts.py",
+        "turn_leave.lua",
         "if KEYS[4] and redis.call('exists', KEYS[4]) == 1 then",
         "if false then",
         ("tests/test_turns.py::test_a_named_process_that_holds_past_the_fallback_stays_in_line",),
@@ -400,7 +405,7 @@ MUTANTS = [
     ),
     Mutant(
         "a handoff never sees another process in line (streaks of LONE_STREAK for all)",
-        "aiolock/_scripts.py",
+        "pass_on.lua",
         "        others = 1\n",
         "        others = 0\n",
         ("tests/test_turns.py",),
@@ -475,28 +480,28 @@ MUTANTS = [
     ),
     Mutant(
         "a stale offer granted",
-        "aiolock/_turn_scripts.py",
+        "release_turn.lua",
         "                if left * 2 >= tonumber(ttl) then",
         "                if true then",
         ("tests/test_grants.py",),
     ),
     Mutant(
         "a grant nobody hears kept",
-        "aiolock/_turn_scripts.py",
+        "release_turn.lua",
         "'publish', KEYS[1] .. ':turn:' .. turn, message) > 0 then",
         "'publish', KEYS[1] .. ':turn:' .. turn, message) >= 0 then",
         ("tests/test_grants.py",),
     ),
     Mutant(
         "the releasing process granted its own offer",
-        "aiolock/_turn_scripts.py",
+        "release_turn.lua",
         "            if member == turn and turn ~= ARGV[5] then",
         "            if member == turn then",
         ("tests/test_grants.py", "tests/test_waiting.py"),
     ),
     Mutant(
         "an attempt with the token granted to it loses",
-        "aiolock/_scripts.py",
+        "acquire.lua",
         "if holder == ARGV[1] then\n    redis.call('pexpire', KEYS[1], ARGV[2])",
         "if false then\n    redis.call('pexpire', KEYS[1], ARGV[2])",
         ("tests/test_grants.py",),
@@ -504,7 +509,7 @@ MUTANTS = [
     # Leases: handoffs within a process that send nothing (issue 17, aiolock/_lease.py).
     Mutant(
         "a PASS_ON reserves no tokens for the leases after it",
-        "aiolock/_scripts.py",
+        "pass_on.lua",
         "if ARGV[6] ~= '0' then",
         "if false then",
         ("tests/test_lease.py",),
@@ -608,7 +613,7 @@ MUTANTS = [
     ),
     Mutant(
         "a failed semaphore try writes the index without a ttl",
-        "aiolock/_handle_scripts.py",
+        "sem_acquire.lua",
         "-- (N may have been written anew above, once expired or lost: never without a ttl.)\n"
         "redis.call('pexpire', KEYS[3], ARGV[3])\n",
         "",
@@ -699,7 +704,7 @@ MUTANTS = [
     ),
     Mutant(
         "a release that finds its lock expired announces nothing",
-        "aiolock/_turn_scripts.py",
+        "release_turn.lua",
         "if released == 1 or not holder then",
         "if released == 1 then",
         (
@@ -709,7 +714,7 @@ MUTANTS = [
     ),
     Mutant(
         "a shortening extend() announces nothing",
-        "aiolock/_scripts.py",
+        "extend.lua",
         "    if redis.call('pttl', KEYS[1]) > tonumber(ARGV[2]) then\n"
         "        redis.call('publish', KEYS[1] .. ':released', 's')\n"
         "    end\n    return redis.call('pexpire'",
@@ -725,7 +730,7 @@ MUTANTS = [
         # Found reading the scripts for the fix below: an attach() after a longer
         # extend() shortens the key as a shortening extend() does.
         "an attach that shortens the lock announces nothing",
-        "aiolock/_scripts.py",
+        "handover.lua",
         "    if redis.call('pttl', KEYS[1]) > tonumber(ARGV[3]) then\n"
         "        redis.call('publish', KEYS[1] .. ':released', 's')\n"
         "    end\n    redis.call('set', KEYS[1], ARGV[2], 'PX', ARGV[3])",
@@ -739,7 +744,7 @@ MUTANTS = [
         # The fifteenth session's fix (seed 281474996725057, no fault, on clusters): a
         # handoff within a process to a shorter ttl announced nothing.
         "a handoff within a process to a shorter ttl announces nothing",
-        "aiolock/_scripts.py",
+        "pass_on.lua",
         "    if redis.call('pttl', KEYS[1]) > tonumber(ARGV[2]) then\n"
         "        redis.call('publish', KEYS[1] .. ':released', 's')\n"
         "    end\n    redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])",
@@ -761,9 +766,10 @@ MUTANTS = [
     ),
     Mutant(
         "a turn queue refresh without an offer keeps the old one",
-        "aiolock/_turn_scripts.py",
-        '    + _remove_offer(3, 2, 1)\n    + b"""\\\nif ARGV[7] then\n',
-        '    + b"""\\\nif ARGV[7] then\n"""\n    + _remove_offer(3, 2, 1)\n    + b"""\\\n',
+        "turn_join.lua",
+        # (The earlier offer is taken out only when a new one comes.)
+        "ipairs(redis.call('zrangebyscore', KEYS[3], ARGV[2], ARGV[2])) do",
+        "ipairs(ARGV[7] and redis.call('zrangebyscore', KEYS[3], ARGV[2], ARGV[2]) or {}) do",
         (
             "tests/test_turns.py::"
             "test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering",
@@ -854,7 +860,7 @@ MUTANTS = [
     ),
     Mutant(
         "a grant unheard by a process whose subscription was not in place takes it out of line",
-        "aiolock/_turn_scripts.py",
+        "release_turn.lua",
         "                    if tentative == '' then\n",
         "                    if true then\n",
         (
@@ -1105,9 +1111,19 @@ MUTANTS = [
 ]
 
 
+def locate(mutant: Mutant, root: Path = ROOT) -> Path:
+    """The file ``mutant`` changes (see :class:`Mutant`)."""
+    if "/" in mutant.path:
+        return root / mutant.path
+    found = sorted((root / "aiolock").rglob(mutant.path))
+    if len(found) != 1:
+        raise SystemExit(f"{mutant.name}: {len(found)} files named {mutant.path} in aiolock/")
+    return found[0]
+
+
 def apply(mutant: Mutant, root: Path = ROOT) -> str:
     """Write ``mutant`` into the tree at ``root``; return the file's source before."""
-    path = root / mutant.path
+    path = locate(mutant, root)
     source = path.read_text()
     if source.count(mutant.old) != 1:
         raise SystemExit(f"{mutant.name}: its anchor is not found once in {mutant.path}")
@@ -1117,7 +1133,7 @@ def apply(mutant: Mutant, root: Path = ROOT) -> str:
 
 def run_mutated(mutant: Mutant, command: list[str]) -> subprocess.CompletedProcess[str]:
     """Apply ``mutant``, run ``command`` in the tree, restore the file."""
-    path = ROOT / mutant.path
+    path = locate(mutant)
     source = apply(mutant)
     try:
         # No bytecode written: a mutant's must not outlive it (seen once in a clone: a

@@ -17,7 +17,7 @@ from redis.exceptions import ClusterCrossSlotError, MovedError
 
 import aiolock
 from aiolock._cluster import ClusterNode
-from aiolock._scripts import ACQUIRE_SCRIPT, EXTEND_MANY_SCRIPT
+from aiolock._lua import ACQUIRE_SCRIPT, EXTEND_MANY_SCRIPT
 from aiolock.testing import Cluster, Server, Servers, redis_cluster, wait_cluster_ok
 
 from .conftest import key

@@ -20,15 +20,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from aiolock import LockManager
-from aiolock._node import Callback
-from aiolock._quorum import Quorum
-from aiolock._scripts import (
+from aiolock._lua import (
     ACQUIRE_SCRIPT,
     EXTEND_SCRIPT,
     RAISE_FENCE_SCRIPT,
     RELEASE_SCRIPT,
     Script,
 )
+from aiolock._node import Callback
+from aiolock._quorum import Quorum
 from aiolock.testing import Server, Servers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))

@@ -24,8 +24,14 @@ import aiolock._turns
 from aiolock import LockManager
 from aiolock._grants import GRANT_WAIT, Grants
 from aiolock._handoff import Taker
-from aiolock._scripts import ACQUIRE_SCRIPT, NOT_FREE, RELEASE_SCRIPT, Script
-from aiolock._turn_scripts import RELEASE_TURN_SCRIPT, TURN_JOIN_SCRIPT
+from aiolock._lua import (
+    ACQUIRE_SCRIPT,
+    NOT_FREE,
+    RELEASE_SCRIPT,
+    RELEASE_TURN_SCRIPT,
+    TURN_JOIN_SCRIPT,
+    Script,
+)
 
 from .conftest import TurnScripts, count_attempts, key, members_on, scripts_run, two_in_line
 

@@ -438,7 +438,7 @@ async def test_a_renewal_batch_sends_one_chunk_at_a_time_on_the_shared_connectio
     # nothing of ours overtakes anything of ours): a big batch is sent a chunk at a
     # time, and a request written meanwhile waits for one chunk, not the whole batch.
     from aiolock._batch import BATCH_LIMIT
-    from aiolock._scripts import ACQUIRE_SCRIPT, EXTEND_MANY_SCRIPT
+    from aiolock._lua import ACQUIRE_SCRIPT, EXTEND_MANY_SCRIPT
 
     async with nemesis(list(servers)[:1]) as net, LockManager(net.urls) as locks:
         assert await locks.lock(name, ttl=5).acquire(timeout=0)  # connected

@@ -273,21 +273,16 @@ async def test_a_repair_held_back_lands_before_the_release_sent_after_it(
 
 
 def test_the_late_message_table_names_every_script_and_its_test() -> None:
-    import importlib
     from pathlib import Path
+
+    from aiolock._lua import every_script
 
     page = Path(__file__).resolve().parent.parent / "docs" / "explanation" / "safety.md"
     table = page.read_text().split("### Every message, arriving late", 1)[1]
     rows = [line for line in table.splitlines() if line.startswith("| ")][1:]
-    modules = ("aiolock._scripts", "aiolock._turn_scripts", "aiolock._handle_scripts")
-    scripts = sorted(
-        name.removesuffix("_SCRIPT")
-        for module in modules
-        for name in vars(importlib.import_module(module))
-        if name.endswith("_SCRIPT")
-    )
-    assert len(scripts) >= 18
-    for script_name in [*scripts, "FORCE_RELEASE"]:
+    scripts = sorted(name.upper() for name in every_script())
+    assert len(scripts) >= 19
+    for script_name in scripts:
         assert any(f"`{script_name}`" in row for row in rows), f"{script_name} has no row"
     tests = {*(f"test_late_arrival[{row}]" for row, _, _ in ROWS)}
     for row in rows:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, cast
 import pytest
 import redis.asyncio as redis
 
-from aiolock import Lock, LockManager, _scripts
+from aiolock import Lock, LockManager, _lua
 from aiolock._handoff import reserved
 from aiolock._votes import Attempt, Votes, is_taken
 from aiolock._waiting import Outcome, Taker
@@ -210,7 +210,7 @@ async def test_pass_on_reserves_tokens_above_the_one_it_returns(
             await client.set(lock_key, b"old", px=5000)
             await client.set(fence_key, 5_000)
             args = [b"new", 20_000, 60_000, 1_000, b"old", reserve]
-            reply = await client.eval(_scripts.PASS_ON, 2, lock_key, fence_key, *args)
+            reply = await client.eval(_lua.PASS_ON_SCRIPT.source, 2, lock_key, fence_key, *args)
             assert reply == [1, 5_001, 0]
             assert int(await client.get(fence_key)) == counter
             assert 50_000 < await client.pttl(fence_key) <= 60_000

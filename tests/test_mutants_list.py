@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import pytest
 
-from .mutants import MUTANTS, ROOT, Mutant
+from .mutants import MUTANTS, ROOT, Mutant, locate
 
 
 @pytest.mark.parametrize("mutant", MUTANTS, ids=[m.name for m in MUTANTS])
 def test_the_anchor_of_each_named_mutant_is_found_once(mutant: Mutant) -> None:
-    source = (ROOT / mutant.path).read_text()
+    source = locate(mutant).read_text()
     assert source.count(mutant.old) == 1
     assert mutant.old != mutant.new
     for test in mutant.tests:

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from aiolock import LockManager
+from aiolock._lua import Script
 from aiolock._node import MIN_STALL_TIMEOUT, Node
-from aiolock._scripts import Script
 
 from .faults import proxies
 from .faults.proxy import Mode

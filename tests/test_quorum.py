@@ -17,9 +17,9 @@ from aiolock._batch import BATCH_BYTES, batch_chunks
 from aiolock._connection import MAX_KEY_ROUNDS
 from aiolock._grants import Grants
 from aiolock._handoff import Taker
+from aiolock._lua import ACQUIRE_SCRIPT, RAISE_FENCE_SCRIPT, RELEASE_SCRIPT, Script
 from aiolock._node import Callback
 from aiolock._quorum import Quorum
-from aiolock._scripts import ACQUIRE_SCRIPT, RAISE_FENCE_SCRIPT, RELEASE_SCRIPT, Script
 from aiolock._votes import DRIFT_FLOOR, drift, quorum_size
 
 TAKEN = [1, 0]  # ACQUIRE's reply when the key was set

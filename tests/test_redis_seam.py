@@ -1,4 +1,4 @@
-"""The seams with redis-py (aiolock/_redis.py) and with strict servers (_scripts.py).
+"""The seams with redis-py (aiolock/_redis.py) and with strict servers (aiolock/_lua/).
 
 Pure logic; the same table is exercised against real servers by the cluster,
 failure and ACL tests, on every redis-py line of `nox -s compat`.
@@ -26,8 +26,8 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from aiolock import _handle_scripts, _scripts, _turn_scripts
 from aiolock._keys import RELEASED_SUFFIX, grant_channel, release_channel, semaphore_index
+from aiolock._lua import every_script
 from aiolock._node import Node
 from aiolock._redis import ERROR_CLASSES, error_from_reply
 
@@ -88,13 +88,8 @@ def test_every_script_declares_every_key_it_touches() -> None:
     """
     call = re.compile(r"redis\.p?call\('(\w+)',\s*([^,)]+(?:\]\])?)")
     checked = 0
-    for module, name in [
-        (m, n) for m in (_scripts, _handle_scripts, _turn_scripts) for n in m.__all__
-    ]:
-        source = getattr(module, name)
-        if not isinstance(source, bytes) or name == "NOT_FREE":
-            continue
-        for command, first in call.findall(source.decode()):
+    for name, script in every_script().items():
+        for command, first in call.findall(script.source.decode()):
             checked += 1
             if command in ("publish", "spublish"):
                 continue
@@ -121,15 +116,16 @@ def test_a_server_older_than_6_2_is_refused_with_a_clear_error() -> None:
 def test_the_scripts_announce_on_the_channel_the_waiters_listen_to() -> None:
     """Scripts build the release channel from KEYS[1] themselves: as _keys.py does."""
     suffix = RELEASED_SUFFIX.decode()
+    scripts = every_script()
     assert release_channel(b"k") == b"k" + RELEASED_SUFFIX
-    for source in (_scripts.RELEASE, _scripts.FORCE_RELEASE):
-        assert f"KEYS[1] .. '{suffix}'" in source.decode()
+    for script in (scripts["release"], scripts["force_release"]):
+        assert f"KEYS[1] .. '{suffix}'" in script.source.decode()
     # A semaphore's slots announce on its index's channel (KEYS[2] of SEM_RELEASE).
-    assert f"KEYS[2] .. '{suffix}'" in _handle_scripts.SEM_RELEASE.decode()
+    assert f"KEYS[2] .. '{suffix}'" in scripts["sem_release"].source.decode()
     assert release_channel(semaphore_index(b"k")) == b"k:slots" + RELEASED_SUFFIX
     # A release names the next process on the release channel, and grants it the lock
     # on that process's own channel.
-    turn = _turn_scripts.RELEASE_TURN.decode()
+    turn = scripts["release_turn"].source.decode()
     assert f"KEYS[1] .. '{suffix}'" in turn
     assert "KEYS[1] .. ':turn:' .. turn" in turn
     assert grant_channel(b"k", b"m") == b"k:turn:m"

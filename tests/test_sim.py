@@ -20,9 +20,14 @@ import pytest
 import redis.asyncio as redis
 from redis.exceptions import NoScriptError
 
-from aiolock._handle_scripts import RW_READ_SCRIPT, RW_RELEASE_SCRIPT
-from aiolock._scripts import ACQUIRE_SCRIPT, EXTEND_SCRIPT, RELEASE_SCRIPT
-from aiolock._turn_scripts import TURN_SCRIPTS
+from aiolock._lua import (
+    ACQUIRE_SCRIPT,
+    EXTEND_SCRIPT,
+    RELEASE_SCRIPT,
+    RW_READ_SCRIPT,
+    RW_RELEASE_SCRIPT,
+    TURN_SCRIPTS,
+)
 from tests.conftest import Servers
 
 pytest.importorskip("lupa")

@@ -190,7 +190,7 @@ async def test_nemesis_holds_back_in_order_on_one_connection_while_others_flow(
 
 
 def test_nemesis_script_matcher_knows_aiolocks_scripts() -> None:
-    from aiolock._scripts import EXTEND_SCRIPT
+    from aiolock._lua import EXTEND_SCRIPT
 
     match = testing.script("EXTEND")
     assert match([b"EVALSHA", EXTEND_SCRIPT.sha, b"1"])

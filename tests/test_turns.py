@@ -31,13 +31,13 @@ import pytest
 import redis.asyncio as redis
 
 import aiolock
+import aiolock._lua
 import aiolock._queue
-import aiolock._scripts
 import aiolock._turns
 import aiolock._waiting
 from aiolock import LockManager
 from aiolock._keys import turn_keys
-from aiolock._turn_scripts import TURN_LEAVE
+from aiolock._lua import TURN_LEAVE_SCRIPT
 from aiolock._waiting import LOCAL_STREAK
 from aiolock.testing import command, nemesis
 
@@ -479,7 +479,7 @@ async def test_a_release_that_finds_its_lock_expired_still_names_the_next_in_lin
     def deaf_to_shortening(
         waiting: aiolock._waiting.Waiting, channel: bytes, message: bytes
     ) -> None:
-        if message != aiolock._scripts.SHORTENED:
+        if message != aiolock._lua.SHORTENED:
             hear(waiting, channel, message)
 
     monkeypatch.setattr(aiolock._waiting.Waiting, "_on_message", deaf_to_shortening)
@@ -1143,12 +1143,12 @@ async def test_a_head_woken_before_its_process_gives_way_does_not_try_again_afte
         for proxy in net:  # the busy process's replies take 0.3 s
             proxy.delay_replies(0.3, links=lambda link: link.kind == "commands")
         for client in clients:  # wakes the head, on the first node it listens on
-            if await client.publish(channel, aiolock._scripts.SHORTENED):
+            if await client.publish(channel, aiolock._lua.SHORTENED):
                 break
         while not tries:
             await asyncio.sleep(0.001)
         for client in clients:  # wakes it again while its attempt is under way
-            await client.publish(channel, aiolock._scripts.SHORTENED)
+            await client.publish(channel, aiolock._lua.SHORTENED)
         while len(heard) < 1 + 3:  # (it listens on 3 nodes of 5: n - quorum + 1)
             await asyncio.sleep(0.001)
         assert tries[-1] > time.monotonic() - 0.2  # (its attempt is still under way)
@@ -1180,7 +1180,7 @@ async def test_a_shortening_heard_after_its_process_gives_way_does_not_wake_the_
         held_back: list[tuple[bytes, bytes]] = []  # the busy process's shortenings
 
         def holding(channel: bytes, message: bytes) -> None:
-            if message == aiolock._scripts.SHORTENED:
+            if message == aiolock._lua.SHORTENED:
                 held_back.append((channel, message))
             else:
                 on_busy(channel, message)
@@ -1263,7 +1263,7 @@ async def test_a_process_whose_pubsub_connections_drop_joins_the_line_again_at_o
         waits = asyncio.create_task(waiter.acquire(timeout=20))
         [member] = await in_line(clients, name, 1)
         for client in clients:  # what an unheard grant does on each node
-            await client.eval(TURN_LEAVE, 3, *turn_keys(key(name).encode()), member)
+            await client.eval(TURN_LEAVE_SCRIPT.source, 3, *turn_keys(key(name).encode()), member)
         await in_line(clients, name, 0)
         for client in clients:
             await client.client_kill_filter(_type="pubsub")

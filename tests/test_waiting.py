@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import redis.asyncio as redis
 
-from aiolock import Lock, LockLost, LockManager, LockNotOwned, _scripts
+from aiolock import Lock, LockLost, LockManager, LockNotOwned, _lua
 from aiolock._pubsub import Subscriber
 from aiolock._waiting import Outcome, Taker
 from aiolock.testing import Server, Servers, command, nemesis, script
@@ -668,7 +668,9 @@ async def test_a_handoff_says_whether_another_process_is_in_the_turn_queue(
             if line:
                 await client.zadd(turns, line)
             await client.set(lock_key, b"old", px=5000)
-            reply = await client.eval(_scripts.PASS_ON, 3, lock_key, fence_key, turns, *args)
+            reply = await client.eval(
+                _lua.PASS_ON_SCRIPT.source, 3, lock_key, fence_key, turns, *args
+            )
             assert reply[0] == 1, (line, reply)
             assert reply[2] == others, (line, reply)
             assert await client.zcard(turns) == len(line)  # only read
@@ -690,12 +692,16 @@ async def test_the_handoff_scripts_touch_only_the_tokens_they_are_given(
             await client.delete(lock_key)
             if value is not None:
                 await client.set(lock_key, value, px=5000)
-            reply = await client.eval(_scripts.PASS_ON, 2, lock_key, fence_key, *args, b"old", 0)
+            reply = await client.eval(
+                _lua.PASS_ON_SCRIPT.source, 2, lock_key, fence_key, *args, b"old", 0
+            )
             assert reply[0] == 0
             assert await client.get(lock_key) == value
         await client.set(lock_key, b"old", px=5000)
         await client.set(fence_key, 5_000)
-        reply = await client.eval(_scripts.PASS_ON, 2, lock_key, fence_key, *args, b"old", 0)
+        reply = await client.eval(
+            _lua.PASS_ON_SCRIPT.source, 2, lock_key, fence_key, *args, b"old", 0
+        )
         assert reply == [1, 5_001, 0]  # (no turn queue given: no other process said)
         assert await client.get(lock_key) == b"new"
         assert 15_000 < await client.pttl(lock_key) <= 20_000
@@ -703,7 +709,8 @@ async def test_the_handoff_scripts_touch_only_the_tokens_they_are_given(
         for value, deleted in ((b"new", 1), (b"old", 1), (b"other", 0)):
             await client.set(lock_key, value, px=5000)
             assert (
-                await client.eval(_scripts.RELEASE_EITHER, 1, lock_key, b"new", b"old") == deleted
+                await client.eval(_lua.RELEASE_EITHER_SCRIPT.source, 1, lock_key, b"new", b"old")
+                == deleted
             )
             assert await client.exists(lock_key) == 1 - deleted
         # Only the two releases announced anything; the handoff did not.

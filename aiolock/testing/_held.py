@@ -19,8 +19,8 @@ __all__ = ["Link", "Matcher", "Pipe", "Rule", "command", "pack", "script"]
 
 #: A request's words (``[b"EVALSHA", sha, numkeys, ...]``) -> whether a rule applies.
 Matcher = Callable[[Sequence[bytes]], bool]
-#: The modules whose ``*_SCRIPT`` constants :func:`script` knows.
-_SCRIPT_MODULES: Final = ("aiolock._scripts", "aiolock._turn_scripts", "aiolock._handle_scripts")
+#: The module of the library's scripts (imported when :func:`script` is called).
+_SCRIPTS_MODULE: Final = "aiolock._lua"
 
 
 def command(*names: str) -> Matcher:
@@ -38,15 +38,13 @@ def script(*names: str) -> Matcher:
     """
     shas: set[bytes] = set()
     sources: set[bytes] = set()
+    scripts = importlib.import_module(_SCRIPTS_MODULE).every_script()
     for name in names:
-        for module_name in _SCRIPT_MODULES:
-            found = getattr(importlib.import_module(module_name), f"{name}_SCRIPT", None)
-            if found is not None:
-                shas.add(found.sha)
-                sources.add(found.source)
-                break
-        else:
+        found = scripts.get(name.lower())
+        if found is None:
             raise ValueError(f"aiolock has no script named {name!r}")
+        shas.add(found.sha)
+        sources.add(found.source)
 
     def match(words: Sequence[bytes]) -> bool:
         if len(words) < 2:

@@ -36,9 +36,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from aiolock._keys import RELEASED_SUFFIX, grant_channel
+from aiolock._lua import ACQUIRE_SCRIPT, PASS_ON_SCRIPT, RELEASE_TURN_SCRIPT
 from aiolock._queue import GAVE_WAY_POLL, POLL_INTERVAL
-from aiolock._scripts import ACQUIRE_SCRIPT, PASS_ON_SCRIPT
-from aiolock._turn_scripts import RELEASE_TURN_SCRIPT
 from aiolock._turns import FALLBACK
 from aiolock._waiting import EXPIRY_SLACK, UNKNOWN_HOLDER_WAIT
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aiolock._scripts import ACQUIRE_SCRIPT
+from aiolock._lua import ACQUIRE_SCRIPT
 from aiolock._waiting import EXPIRY_SLACK, UNKNOWN_HOLDER_WAIT
 
 if TYPE_CHECKING:

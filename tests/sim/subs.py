@@ -56,8 +56,7 @@ from typing import TYPE_CHECKING
 import hiredis
 
 from aiolock._keys import RELEASED_SUFFIX, grant_channel, release_channel, turn_keys
-from aiolock._scripts import ACQUIRE_SCRIPT, NOT_FREE, SHORTENED
-from aiolock._turn_scripts import TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
+from aiolock._lua import ACQUIRE_SCRIPT, NOT_FREE, SHORTENED, TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
 
 from .server import ZSet
 

@@ -44,14 +44,16 @@ from typing import Any
 
 import hiredis
 
-from aiolock._node import MIN_STALL_TIMEOUT
-from aiolock._scripts import (
+from aiolock._lua import (
     EXTEND_MANY_SCRIPT,
     RELEASE_EITHER_SCRIPT,
     RELEASE_SCRIPT,
+    RELEASE_TURN_SCRIPT,
     REPAIR_SCRIPT,
+    TURN_JOIN_SCRIPT,
+    TURN_LEAVE_SCRIPT,
 )
-from aiolock._turn_scripts import RELEASE_TURN_SCRIPT, TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
+from aiolock._node import MIN_STALL_TIMEOUT
 
 from .given import SHAS as GIVEN_SHAS
 from .given import GivenTurns
@@ -1221,7 +1223,7 @@ class World:
         #: then): it must read, never touch, the stores.
         self.observer: Callable[[], None] | None = None
         #: Called with a lock's key when a grant there is undone: by the release that
-        #: made it, nobody hearing it (its process gone: aiolock/_turn_scripts.py), or
+        #: made it, nobody hearing it (its process gone: aiolock/_lua/release_turn.lua), or
         #: by a release of its token that is no holder's (SimNode._execute).
         self.on_undone: Callable[[bytes], None] | None = None
         #: Each key a command left alive without a ttl, the first time: when, where.
