@@ -5,15 +5,15 @@ renewal that cancels the holder when a lock is lost, and typed errors that tell
 contention from outage. See ``LockManager``.
 """
 
-from ._errors import LockError, LockLost, LockNotOwned, LockTimeout, QuorumError
-from ._events import EventKind, LockEvent
-from ._handle import Handle
-from ._info import LockInfo, NodeInfo
-from ._lock import Lock
+from ._core.errors import LockError, LockLost, LockNotOwned, LockTimeout, QuorumError
+from ._core.events import EventKind, LockEvent
+from ._core.info import LockInfo, NodeInfo
+from ._handles.handle import Handle
+from ._handles.lock import Lock
+from ._handles.many import LockMany
+from ._handles.rwlock import ReadLock, RWLock, WriteLock
+from ._handles.semaphore import Semaphore
 from ._manager import LockManager
-from ._many import LockMany
-from ._rwlock import ReadLock, RWLock, WriteLock
-from ._semaphore import Semaphore
 
 __version__ = "0.2.0"
 

@@ -24,21 +24,22 @@ from typing import TYPE_CHECKING, NoReturn, ParamSpec, TypeVar
 
 import anyio
 
-from ._checks import shown
-from ._errors import LockLost, LockNotOwned, QuorumError
-from ._events import logger
+from ._core.checks import shown
+from ._core.errors import LockLost, LockNotOwned, QuorumError
+from ._core.events import logger
 
 if TYPE_CHECKING:
-    from ._lock import Lock
+    from ._handles.handle import Handle
 
 __all__ = ["campaign", "synchronized"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
+_H = TypeVar("_H", bound="Handle")
 
 
 async def campaign(
-    name: str, make: Callable[[], Lock], run: Callable[[Lock], Awaitable[object]], pause: float
+    name: str, make: Callable[[], _H], run: Callable[[_H], Awaitable[object]], pause: float
 ) -> NoReturn:
     """Campaign for ``name`` with the locks ``make()`` gives (see the module docstring).
 
@@ -58,7 +59,7 @@ async def campaign(
 
 
 def synchronized(
-    name_or_template: str, make: Callable[[str], Lock]
+    name_or_template: str, make: Callable[[str], Handle]
 ) -> Callable[[Callable[_P, Awaitable[_R]]], Callable[_P, Awaitable[_R]]]:
     """The decorator of ``@locks.synchronized``: ``make(name)`` gives each call's lock."""
     fields = {field for _, field, _, _ in string.Formatter().parse(name_or_template) if field}

@@ -11,13 +11,12 @@ from typing import Any
 
 import redis.asyncio as redis
 
-from ._checks import shown
-from ._connection import display_url
-from ._errors import LockLost, QuorumError
-from ._keys import lock_key
+from ._core.checks import shown
+from ._core.errors import LockLost, QuorumError
+from ._core.keys import lock_key
+from ._io.specs import display_url
 from ._lua import FORCE_RELEASE_SCRIPT
 from ._manager import LockManager
-from .testing import Server, redis_servers
 
 __all__ = ["main"]
 
@@ -31,6 +30,8 @@ class _Log:
 
 
 async def _demo(workers: int, rounds: int) -> None:
+    from .testing import Server, redis_servers  # noqa: PLC0415 - the demo's servers only
+
     log = _Log()
     log(f"starting 5 embedded Redis-protocol nodes (workers: {workers}) ...")
     async with redis_servers(5) as servers:
@@ -149,6 +150,8 @@ async def _inspect(name: str, nodes: Sequence[_NodeArg], prefix: str) -> int:
 
 async def _servers(n: int, port: int | None) -> None:
     """Run ``n`` embedded servers in the foreground until interrupted."""
+    from .testing import redis_servers  # noqa: PLC0415 - this command's servers only
+
     async with redis_servers(n, port=port) as urls:
         print(f"{n} Redis-protocol node(s) running (Ctrl-C stops them, empty):")
         for url in urls:

@@ -8,7 +8,7 @@ may use is the attributes and methods below, nothing private:
   renewal's view of the same nodes and connections, without the restart veto),
   ``waiting`` (local queues and pub/sub), ``renewer``, ``turns`` (the turn queues
   across processes, ``None`` on Redis Cluster);
-* ``clock`` (monotonic seconds), ``key(name)`` (the key layout, from _keys.py),
+* ``clock`` (monotonic seconds), ``key(name)`` (the key layout, from _core/keys.py),
   ``emit(...)`` (the ``on_event`` hook and the log), ``quorum_error(...)``;
 * ``check_open()``, ``connected`` / ``connect()`` (the first contact, once),
   ``ttl_used(ttl)`` (validates a ttl and remembers the longest, for the restart grace).
@@ -25,14 +25,18 @@ from typing import Final
 import anyio
 from redis.asyncio import RedisCluster
 
-from ._checks import check_ttl, shown
-from ._cluster import ClusterNode
-from ._connection import NodeSpec, ignore
-from ._errors import NodeQuarantined, QuorumError
-from ._events import EventKind, LockEvent, logger
-from ._grants import Grants
-from ._info import LockInfo, decided, summarize
-from ._keys import fence_key, lock_key, turn_keys
+from ._core.calls import ignore
+from ._core.checks import check_ttl, shown
+from ._core.errors import NodeQuarantined, QuorumError
+from ._core.events import EventKind, LockEvent, logger
+from ._core.hold import Hold
+from ._core.info import LockInfo, decided, summarize
+from ._core.keys import fence_key, lock_key, turn_keys
+from ._core.tasks import TaskHolds
+from ._core.votes import Votes
+from ._io.cluster import ClusterNode
+from ._io.node import Node
+from ._io.specs import NodeSpec
 from ._lua import (
     EXTEND_MANY_SCRIPT,
     INSPECT_SCRIPT,
@@ -43,13 +47,14 @@ from ._lua import (
     TURN_SCRIPTS,
     Script,
 )
-from ._node import Node
-from ._quorum import Quorum
-from ._renewal import Renewer
-from ._tasks import TaskHolds
-from ._turns import Turns
-from ._votes import Votes
-from ._waiting import Waiting
+from ._quorum.quorum import Quorum
+from ._quorum.renewal import Renewer
+from ._waiting.grants import Grants
+from ._waiting.handoff import can_pass_on, pass_on
+from ._waiting.lease import LEASE_RESERVE, lease
+from ._waiting.taker import Taker
+from ._waiting.turns import Turns
+from ._waiting.waiting import Waiting
 
 __all__ = ["Engine"]
 
@@ -118,9 +123,9 @@ class Engine:
         if restart_grace != 0:
             self.quorum.veto = self._quarantined
         self.renewer = Renewer(self.renewal_quorum, emit=self.emit, let_go=self.let_go)
-        #: The names each task holds through this manager (see _tasks.py).
+        #: The names each task holds through this manager (see _core/tasks.py).
         self.tasks = TaskHolds()
-        #: Waiting processes take turns (see _turns.py); not on Redis Cluster, where a
+        #: Waiting processes take turns (see _waiting/turns.py); not on Redis Cluster, where a
         #: release touching the turn queue's keys besides the lock's would get TRYAGAIN
         #: while its slot migrates (the lock key there, the queue's not).
         self.turns = (
@@ -128,7 +133,7 @@ class Engine:
             if any(isinstance(node, ClusterNode) for node in self.nodes)
             else Turns(self._broadcast, clock=self.clock)
         )
-        #: Locks granted by other processes' releases (see _grants.py).
+        #: Locks granted by other processes' releases (see _waiting/grants.py).
         self.grants = None if self.turns is None else Grants(self.quorum)
         self.waiting = Waiting(
             self.nodes,
@@ -146,11 +151,11 @@ class Engine:
     # -- what handles use ---------------------------------------------------------------
 
     def key(self, name: str) -> bytes:
-        """The key of the lock ``name`` (the layout: _keys.py)."""
+        """The key of the lock ``name`` (the layout: _core/keys.py)."""
         return lock_key(self._prefix_bytes, name)
 
     def let_go(self, token: bytes) -> None:
-        """A lock held with ``token`` is no longer held here (see _grants.py)."""
+        """A lock held with ``token`` is no longer held here (see _waiting/grants.py)."""
         if self.grants is not None:
             self.grants.let_go(token)
 
@@ -343,7 +348,8 @@ class Engine:
         """Release the plain lock ``key`` held with ``token`` on every node.
 
         ``local``: a waiter of this process takes the lock next, and the message says so
-        (see _waiting.py); else it names the process whose turn it is (see _turns.py).
+        (see _waiting/waiting.py); else it names the process whose turn it is (see
+        _waiting/turns.py).
         """
         quorum = self.quorum
         if local:
@@ -357,8 +363,59 @@ class Engine:
             more_args=(floor, *self.waiting.release_args(key)),
         )  # fmt: skip
 
+    def released(self, key: bytes, *, valid: bool, pass_on: bool) -> Taker | bool:
+        """A holder of the plain lock ``key`` lets go: whether a waiter here takes it.
+
+        Returns the waiter to pass the lock to in one script (``pass_on`` asked, and no
+        node in its restart quarantine), else whether a waiter of this process takes it
+        after the release (see ``Waiting.released``).
+        """
+        waiting = self.waiting
+        pass_on = pass_on and waiting.waiters(key) > 0 and can_pass_on(self.quorum)
+        return waiting.released(key, pass_on=pass_on, valid=valid)
+
+    async def hand_on(self, hold: Hold, taker: Taker) -> Votes | None:
+        """Pass the lock of ``hold`` to ``taker``, a waiter of this process.
+
+        With no I/O when it may be (a lease: returns ``None``, see _waiting/lease.py),
+        else in one script per node (returns its votes, read as a release's; see
+        ``pass_on``). Only a release of a plain lock still valid gets here.
+        """
+        quorum, waiting, grants = self.quorum, self.waiting, self.grants
+        key, token = hold.key, hold.token
+        if lease(quorum, hold, taker, grants):
+            return None  # the key keeps its token: its late grants too (_waiting/grants.py)
+        if grants is not None:
+            grants.let_go(token)  # late grants of it are given back now
+        behind = min(LEASE_RESERVE, waiting.waiters(key) - 1)  # tokens for leases after it
+        votes = await pass_on(quorum, key, token, taker, waiting.line(key), reserve=behind)
+        waiting.line_seen(key, votes)
+        return votes
+
+    async def take_over(
+        self, key: bytes, old_token: bytes, ttl: float, token: bytes
+    ) -> tuple[Votes, float | None]:
+        """Give the detached lock held with ``old_token`` the new ``token`` on a quorum.
+
+        One ``HANDOVER`` per node; returns the votes and the validity's end (``None``:
+        not taken over). Where it was not taken over on a quorum, or the caller was
+        cancelled, the nodes that took it are given back to ``old_token`` (its ticket
+        stays usable if nodes only failed), shielded like any clean-up.
+        """
+        quorum = self.quorum
+        try:
+            votes, expires_at = await quorum.extend(key, old_token, ttl, new_token=token)
+        except BaseException:  # cancelled: the nodes decided, the handle will not own it
+            with anyio.CancelScope(shield=True):
+                await quorum.extend(key, token, ttl, new_token=old_token)
+            raise
+        if expires_at is None:
+            with anyio.CancelScope(shield=True):
+                await quorum.extend(key, token, ttl, new_token=old_token)
+        return votes, expires_at
+
     def _broadcast(self, script: Script, args: tuple[bytes, ...]) -> None:
-        """Send a script to every node without waiting for the replies (see _turns.py)."""
+        """Send a script to every node without waiting for the replies (see _waiting/turns.py)."""
         for node in self.nodes:
             node.call_script(script, args, ignore)
 

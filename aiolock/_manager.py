@@ -6,7 +6,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import NoReturn, ParamSpec, TypeVar
 
 from ._campaign import campaign, synchronized
-from ._checks import (
+from ._core.checks import (
     check_limit,
     check_name,
     check_names,
@@ -14,16 +14,16 @@ from ._checks import (
     check_timeout,
     check_ttl,
 )
-from ._connection import NodeSpec, check_nodes
+from ._core.events import LockEvent, logger
+from ._core.info import LockInfo
 from ._engine import Engine
-from ._events import LockEvent, logger
-from ._info import LockInfo
-from ._lock import Lock
-from ._many import LockMany
+from ._handles.lock import Lock
+from ._handles.many import LockMany
+from ._handles.rwlock import RWLock
+from ._handles.semaphore import Semaphore
+from ._handles.ticket import decode_ticket
+from ._io.specs import NodeSpec, check_nodes
 from ._ready import wait_ready
-from ._rwlock import RWLock
-from ._semaphore import Semaphore
-from ._ticket import decode_ticket
 
 __all__ = ["LockManager"]
 

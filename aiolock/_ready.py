@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Final
 
 import anyio
 
-from ._errors import QuorumError
+from ._core.errors import QuorumError
 
 if TYPE_CHECKING:
     from ._engine import Engine

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ._events import LockEvent
+from ._core.events import LockEvent
 
 __all__ = ["OpenTelemetry", "Prometheus"]
 

@@ -18,7 +18,7 @@ import pytest
 import redis.asyncio as redis
 
 import aiolock
-import aiolock._turns
+import aiolock._waiting.turns
 from aiolock._bench._common import evalsha_calls
 from aiolock.testing import Server, Servers, redis_servers
 
@@ -267,7 +267,7 @@ async def two_in_line(
 
 class TurnScripts:
     """Counts the turn-queue bookkeeping (``TURN_JOIN``, ``TURN_LEAVE``: see
-    ``aiolock/_turns.py``) that watched managers send, one script to each node per
+    ``aiolock/_waiting/turns.py``) that watched managers send, one script to each node per
     call, so that a count of a handoff's scripts can leave it out. The fixture
     ``turn_scripts`` stops the periodic refresh, so that the count is exact."""
 
@@ -292,8 +292,8 @@ class TurnScripts:
 @pytest.fixture
 def turn_scripts(monkeypatch: pytest.MonkeyPatch) -> TurnScripts:
     """See :class:`TurnScripts`."""
-    monkeypatch.setattr(aiolock._turns, "REFRESH", 3600.0)
-    monkeypatch.setattr(aiolock._turns, "ENTRY_TTL", 3600.0)
+    monkeypatch.setattr(aiolock._waiting.turns, "REFRESH", 3600.0)
+    monkeypatch.setattr(aiolock._waiting.turns, "ENTRY_TTL", 3600.0)
     return TurnScripts()
 
 

@@ -25,8 +25,8 @@ class Mutant(NamedTuple):
     """One break: ``old`` written as ``new`` in the package's file ``path``.
 
     ``path`` is a file name (``votes.py``, ``acquire.lua``), found under ``aiolock/``
-    wherever the file lives (a move between folders keeps the mutant), or a path from
-    the repository's root where two files share the name.
+    wherever the file lives (a move between folders keeps the mutant); where two files
+    share the name, the one holding ``old``.
     """
 
     name: str
@@ -40,14 +40,14 @@ MUTANTS = [
     # Issue 21's five, which the suite of 0.1 did not catch.
     Mutant(
         "lock_many body not cancelled on loss",
-        "aiolock/_many.py",
+        "many.py",
         "            renewals.extend(one)\n        return renewals",
         "            renewals.extend(one)\n        return []",
         ("tests/test_primitives.py",),
     ),
     Mutant(
         "semaphore body not cancelled on loss",
-        "aiolock/_semaphore.py",
+        "semaphore.py",
         "return self._held._renewals() if self._held is not None else None",
         "return [] if self._held is not None else None",
         ("tests/test_primitives.py",),
@@ -83,49 +83,49 @@ MUTANTS = [
     ),
     Mutant(
         "a lock passed to a waiter that left stays held",
-        "aiolock/_handoff.py",
+        "handoff.py",
         "if not taker.deliver(attempt) and attempt.acquired:",
         "if not taker.deliver(attempt) and False:",
         ("tests/test_waiting.py",),
     ),
     Mutant(
         "a lock passed to a waiter cancelled before it woke stays held",
-        "aiolock/_handoff.py",
+        "taker.py",
         "            self.on_dropped()  # passed",
         "            pass  # passed",
         ("tests/test_waiting.py",),
     ),
     Mutant(
         "a release cancelled during its handoff cancels the handoff",
-        "aiolock/_handoff.py",
+        "handoff.py",
         "                await asyncio.shield(handoff)",
         "                await handoff",
         ("tests/test_waiting.py",),
     ),
     Mutant(
         "the head attempts while a handoff to it is in flight",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "if offer is not None and offer.claimed:\n                        result = await",
         "if False:\n                        result = await",
         ("tests/test_waiting.py",),
     ),
     Mutant(
         "validity after a renewal without drift",
-        "aiolock/_renewal.py",
+        "renewal.py",
         "expires_at = quorum.expiry(start, hold.ttl)",
         "expires_at = start + hold.ttl",
         ("tests/test_renewal.py",),
     ),
     Mutant(
         "validity after extend() without drift",
-        "aiolock/_lock.py",
+        "lock.py",
         "expires_at = quorum.expiry(start, new_ttl)",
         "expires_at = start + new_ttl",
         ("tests/test_lock.py",),
     ),
     Mutant(
         "extend() not shielded from the caller's cancellation",
-        "aiolock/_quorum.py",
+        "quorum.py",
         "votes = await self._run(send, is_one, shielded=True, then=then)",
         "votes = await self._run(send, is_one, shielded=False, then=then)",
         ("tests/test_lock.py",),
@@ -140,21 +140,21 @@ MUTANTS = [
     # The loss deadline and the extension bookkeeping (issue 21).
     Mutant(
         "loss deadline checked only between renewal batches (no timer)",
-        "aiolock/_renewal.py",
+        "renewal.py",
         "self._timer = asyncio.get_running_loop().call_later(max(0.0, delay), self._deadline)",
         "self._timer = None",
         ("tests/test_renewal.py::test_every_holder_is_told_a_guard_before_its_validity_ends",),
     ),
     Mutant(
         "extensions in flight together: the later reply wins",
-        "aiolock/_hold.py",
+        "hold.py",
         "if (not won or extension.overlapped) and",
         "if (not won) and",
         ("tests/test_lock.py",),
     ),
     Mutant(
         "extend() to a shorter ttl leaves the renewal schedule",
-        "aiolock/_hold.py",
+        "hold.py",
         "        if renewal is not None and renewal.active:\n"
         "            renewal.validity_changed(ttl)",
         "        if renewal is not None and renewal.active:\n            pass",
@@ -162,14 +162,14 @@ MUTANTS = [
     ),
     Mutant(
         "one server's databases are several nodes",
-        "aiolock/_connection.py",
+        "specs.py",
         'return ("tcp", host, int(kwargs.get("port", 6379)))',
         'return ("tcp", host, int(kwargs.get("port", 6379)), kwargs.get("db", 0))',
         ("tests/test_validation.py",),
     ),
     Mutant(
         "same run_id behind two addresses not refused",
-        "aiolock/_engine.py",
+        "_engine.py",
         "and other.run_id == node.run_id:",
         "and False:",
         ("tests/test_failures.py",),
@@ -178,7 +178,7 @@ MUTANTS = [
     # handler, so only the suite-wide check in conftest.py catches it.
     Mutant(
         "a renewal retry path that raises",
-        "aiolock/_renewal.py",
+        "renewal.py",
         "return max(ttl / 10, 2 * self._quorum.node_timeout)",
         "return max(None, 2 * self._quorum.node_timeout)",
         ("tests/test_renewal.py",),
@@ -186,7 +186,7 @@ MUTANTS = [
     # Restart quarantine (issue 15).
     Mutant(
         "restart quarantine never applied",
-        "aiolock/_engine.py",
+        "_engine.py",
         "            self.quorum.veto = self._quarantined\n",
         "            pass\n",
         (
@@ -195,7 +195,7 @@ MUTANTS = [
     ),
     Mutant(
         "a changed run_id is not a restart",
-        "aiolock/_node.py",
+        "node.py",
         "if self._last_run_id is not None and self.run_id != self._last_run_id:",
         "if False:",
         (
@@ -204,7 +204,7 @@ MUTANTS = [
     ),
     Mutant(
         "a young server (uptime) is not a restart",
-        "aiolock/_node.py",
+        "node.py",
         "restarted_at = now - int(uptime) if uptime.isdigit() else None",
         "restarted_at = None",
         (
@@ -214,14 +214,14 @@ MUTANTS = [
     # Repair after restarts (issue 15).
     Mutant(
         "no repair of nodes that lost a held lock",
-        "aiolock/_renewal.py",
+        "renewal.py",
         "                    self._repair(renewal, missing)\n",
         "                    pass\n",
         ("tests/test_failures.py",),
     ),
     Mutant(
         "repair after a renewal that did not win a quorum",
-        "aiolock/_renewal.py",
+        "renewal.py",
         "            if won and hold.remaining(now) > 0.0:\n",
         "            if batch.missing.get(j):\n"
         "                self._repair(renewal, batch.missing[j])\n"
@@ -270,14 +270,14 @@ MUTANTS = [
     ),
     Mutant(
         "quorum of half the nodes",
-        "aiolock/_votes.py",
+        "votes.py",
         "    return n // 2 + 1",
         "    return n // 2",
         ("tests/test_quorum.py",),
     ),
     Mutant(
         "validity without the time the attempt took",
-        "aiolock/_quorum.py",
+        "quorum.py",
         "            expires_at = self.expiry(start, ttl)\n"
         "            if expires_at > self.clock():\n"
         "                return Attempt(",
@@ -289,14 +289,14 @@ MUTANTS = [
     # Issue 13's rules.
     Mutant(
         "the writer's script is not given the readers' keys it asked for",
-        "aiolock/_connection.py",
+        "keys_asked.py",
         "        elif rounds >= MAX_KEY_ROUNDS:",
         "        elif rounds >= 0:",
         ("tests/test_primitives.py",),
     ),
     Mutant(
         "a subscription confirmed late does not wake the waiter",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "late.add_done_callback(lambda _done: queue.missed_release())",
         "late.add_done_callback(lambda _done: None)",
         (
@@ -306,7 +306,7 @@ MUTANTS = [
     ),
     Mutant(
         "waiters do not poll where pub/sub is refused",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "sleep = min(sleep, POLL_INTERVAL)",
         "sleep = sleep",
         (
@@ -316,7 +316,7 @@ MUTANTS = [
     ),
     Mutant(
         "releases on a sharded cluster announced with a plain PUBLISH",
-        "aiolock/_cluster.py",
+        "cluster.py",
         "            if self.sharded_pubsub:\n                script = self._as_sharded(script)\n",
         "",
         ("tests/test_cluster.py::test_waiters_use_sharded_pubsub_where_the_cluster_has_it",),
@@ -324,7 +324,7 @@ MUTANTS = [
     # Issue 17's turns across processes (advice, not safety: liveness and cost).
     Mutant(
         "a process taken out of line joins again only at its next refresh",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "                queue.entry.taken_out()\n            return\n",
         "                pass\n            return\n",
         (
@@ -341,28 +341,28 @@ MUTANTS = [
     ),
     Mutant(
         "every waiting process tries on every release (turns ignored)",
-        "aiolock/_queue.py",
+        "queue.py",
         "elif self.entry is None or self.entry.heard(message):",
         "elif self.entry is None or self.entry.heard(message) or True:",
         ("tests/test_turns.py",),
     ),
     Mutant(
         "a turn passed over is never taken (no fallback)",
-        "aiolock/_turns.py",
+        "turns.py",
         "self._key, member))\n        self._wake()",
         "self._key, member))",
         ("tests/test_turns.py",),
     ),
     Mutant(
         "a lease ignores the longer ttl of a command its holder sent",
-        "aiolock/_hold.py",
+        "hold.py",
         "        self.longest = max(self.longest, ttl)\n",
         "",
         ("tests/test_late.py::test_a_lease_never_leaves_the_key_longer_than_its_takers_ttl",),
     ),
     Mutant(
         "a head that takes over as its process gives way tries at once",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "elif queue.gave_way is not None:",
         "elif False:",
         (
@@ -372,7 +372,7 @@ MUTANTS = [
     ),
     Mutant(
         "a polling head tries at its poll just after its process gave way",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "back = queue.holding_back(self._clock)",
         "back = 0.0",
         (
@@ -389,7 +389,7 @@ MUTANTS = [
     ),
     Mutant(
         "a process leaving in its turn does not announce the lock free",
-        "aiolock/_turns.py",
+        "turns.py",
         "        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._keys, self._turns.member))\n"
         "        return self.named",
         "        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._keys, self._turns.member))\n"
@@ -398,7 +398,7 @@ MUTANTS = [
     ),
     Mutant(
         "a release names the first in line, not the next after the releasing process",
-        "aiolock/_engine.py",
+        "_engine.py",
         "            more_args=(floor, *self.waiting.release_args(key)),",
         "            more_args=(floor,),",
         ("tests/test_turns.py",),
@@ -412,15 +412,15 @@ MUTANTS = [
     ),
     Mutant(
         "a process alone in line passes the lock on for ever",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "LONE_STREAK: Final = 32",
         "LONE_STREAK: Final = 10**9",
         ("tests/test_waiting.py",),
     ),
-    # mutmut's survivors in _renewal.py, pinned by a test outside its selection.
+    # mutmut's survivors in _quorum/renewal.py, pinned by a test outside its selection.
     Mutant(
         "renewal batch waits only node_timeout (latency-bound renewal)",
-        "aiolock/_renewal.py",
+        "renewal.py",
         "budget = max(quorum.node_timeout, min(min(r.hold.ttl for r in due) / 6, first_deadline))",
         "budget = quorum.node_timeout",
         (
@@ -431,7 +431,7 @@ MUTANTS = [
     # Node I/O (issue 17's coalescing): the order a node runs requests in, and their time.
     Mutant(
         "a script first used on a connection is not loaded before it",
-        "aiolock/_node.py",
+        "node.py",
         "        if script.sha not in self._loaded:",
         "        if False:",
         (
@@ -441,29 +441,29 @@ MUTANTS = [
     ),
     Mutant(
         "a fan-out's node_timeout counted from before its requests are written",
-        "aiolock/_votes.py",
+        "votes.py",
         "self._handle: asyncio.Handle = loop.call_soon(self._start, loop, delay, callback, args)",
         "self._handle: asyncio.Handle = loop.call_later(delay, callback, *args)",
         ("tests/test_node_io.py",),
     ),
-    # Grants between processes (issue 17, aiolock/_grants.py and RELEASE_TURN).
+    # Grants between processes (issue 17, aiolock/_waiting/grants.py and RELEASE_TURN).
     Mutant(
         "a grant taken without a quorum of nodes",
-        "aiolock/_grants.py",
+        "grants.py",
         "        if len(counted) < quorum.quorum:",
         "        if len(counted) < 1:",
         ("tests/test_grants.py",),
     ),
     Mutant(
         "a grant's validity counted from when it was heard, not from the offer",
-        "aiolock/_grants.py",
+        "grants.py",
         "        start = min(heard.nodes[i][1] for i in counted)",
         "        start = quorum.clock()",
         ("tests/test_grants.py",),
     ),
     Mutant(
         "a late grant of a held token given back",
-        "aiolock/_grants.py",
+        "grants.py",
         "        if token in self._held:\n",
         "        if False:\n",
         (
@@ -473,7 +473,7 @@ MUTANTS = [
     ),
     Mutant(
         "a grant for a waiter that left kept",
-        "aiolock/_grants.py",
+        "grants.py",
         "            self._drop(token)\n            give_back(self._quorum, key, token)\n",
         "            self._drop(token)\n",
         ("tests/test_grants.py",),
@@ -506,7 +506,7 @@ MUTANTS = [
         "if false then\n    redis.call('pexpire', KEYS[1], ARGV[2])",
         ("tests/test_grants.py",),
     ),
-    # Leases: handoffs within a process that send nothing (issue 17, aiolock/_lease.py).
+    # Leases: handoffs within a process that send nothing (issue 17, aiolock/_waiting/lease.py).
     Mutant(
         "a PASS_ON reserves no tokens for the leases after it",
         "pass_on.lua",
@@ -516,28 +516,28 @@ MUTANTS = [
     ),
     Mutant(
         "a reserve made on fewer than a quorum is used",
-        "aiolock/_handoff.py",
+        "handoff.py",
         "return fence + reserve if at_fence >= quorum.quorum else None",
         "return fence + reserve",
         ("tests/test_lease.py",),
     ),
     Mutant(
         "a lease hands out the holder's own fencing token",
-        "aiolock/_lease.py",
+        "lease.py",
         "        fence + 1,\n",
         "        fence,\n",
         ("tests/test_lease.py",),
     ),
     Mutant(
         "a lock held too long is leased",
-        "aiolock/_lease.py",
+        "lease.py",
         "or hold.expires_at < fresh - lease_slack(taker.ttl)\n",
         "or False\n",
         ("tests/test_lease.py",),
     ),
     Mutant(
         "a lock is leased to a waiter with a shorter ttl",
-        "aiolock/_lease.py",
+        "lease.py",
         "        or hold.longest > taker.ttl\n",
         "        or False\n",
         (
@@ -547,21 +547,21 @@ MUTANTS = [
     ),
     Mutant(
         "a shorter extension in flight does not lower the validity when sent",
-        "aiolock/_hold.py",
+        "hold.py",
         "        if expires_at < self.expires_at and not self.ended:\n",
         "        if False:\n",
         ("tests/test_lease.py",),
     ),
     Mutant(
         "a repair raises the counter to the holder's own token only",
-        "aiolock/_renewal.py",
+        "renewal.py",
         "        fence = hold.reserve\n",
         "        fence = hold.fence\n",
         ("tests/test_failures.py",),
     ),
     Mutant(
         "a lease's taker cancelled before it woke keeps the lock",
-        "aiolock/_lease.py",
+        "lease.py",
         "    taker.on_dropped = functools.partial(_give_back_lease,",
         "    taker.on_dropped = None and functools.partial(_give_back_lease,",
         ("tests/test_lease.py",),
@@ -569,7 +569,7 @@ MUTANTS = [
     # Issue 31: messages that arrive late.
     Mutant(
         "the renewal on connections of its own (a late extend cuts a renewed key)",
-        "aiolock/_engine.py",
+        "_engine.py",
         "        self.renewal_nodes = self.nodes\n",
         "        self.renewal_nodes = tuple(\n"
         "            make_node(spec, node_timeout, RENEWAL_SCRIPTS) for spec in specs\n"
@@ -580,21 +580,21 @@ MUTANTS = [
     ),
     Mutant(
         "a detached lock's token stays noted as held (Grants._held grows)",
-        "aiolock/_lock.py",
+        "lock.py",
         "        self._engine.let_go(hold.token)  # held elsewhere from now on, if anywhere\n",
         "",
         ("tests/test_late.py::test_tokens_held_are_forgotten_when_detached_or_left_to_expire",),
     ),
     Mutant(
         "an expired lock's token stays noted as held when its handle acquires again",
-        "aiolock/_lock.py",
+        "lock.py",
         "            self._engine.let_go(self._hold.token)\n",
         "",
         ("tests/test_late.py::test_tokens_held_are_forgotten_when_detached_or_left_to_expire",),
     ),
     Mutant(
         "a renewal batch writes every chunk at once on the shared connection",
-        "aiolock/_quorum.py",
+        "quorum.py",
         "        for ni, node in enumerate(self.nodes):\n            send(ni, node, 0)\n",
         "        for ni, node in enumerate(self.nodes):\n"
         "            for k in range(len(chunks)):\n"
@@ -606,7 +606,7 @@ MUTANTS = [
     ),
     Mutant(
         "an inner reentrant level's release after expiry returns quietly",
-        "aiolock/_lock.py",
+        "lock.py",
         "            if expired:  # (as the outer level's release will say too)\n",
         "            if False:\n",
         ("tests/test_reentrancy.py",),
@@ -624,7 +624,7 @@ MUTANTS = [
     ),
     Mutant(
         "grants undone by the head's own failed attempt still count",
-        "aiolock/_grants.py",
+        "grants.py",
         "        if node in self._undone.get(token, ()):\n",
         "        if False:\n",
         (
@@ -634,7 +634,7 @@ MUTANTS = [
     ),
     Mutant(
         "a failed attempt's cleaned nodes read from its votes after the decision",
-        "aiolock/_grants.py",
+        "grants.py",
         "            self.undone(token, list(outcome.cleaned))\n",
         "            verdicts = outcome.votes.verdicts\n"
         "            self.undone(token, [i for i, y in enumerate(verdicts) if y is not False])\n",
@@ -645,7 +645,7 @@ MUTANTS = [
     ),
     Mutant(
         "a failing renewal retries ever sooner as its deadline nears, at once past it",
-        "aiolock/_renewal.py",
+        "renewal.py",
         "                max(quorum.node_timeout, (renewal.give_up_at - now) / 2),\n",
         "                max(0.0, (renewal.give_up_at - now) / 2),\n",
         (
@@ -655,14 +655,14 @@ MUTANTS = [
     ),
     Mutant(
         "a reconnect ends a failover's quarantine",
-        "aiolock/_node.py",
+        "node.py",
         "self.restarted_at = restarted_at if last is None else max(last, restarted_at)",
         "self.restarted_at = restarted_at",
         ("tests/test_failures.py::test_a_failed_over_nodes_quarantine_outlasts_a_reconnect",),
     ),
     Mutant(
         "a renewal confirmed past its deadline brings the lock back",
-        "aiolock/_renewal.py",
+        "renewal.py",
         "        if self._renewer.clock() >= min(self.give_up_at, self.hold_until):\n",
         "        if False:\n",
         (
@@ -672,7 +672,7 @@ MUTANTS = [
     ),
     Mutant(
         "a lock_many release cancelled midway leaves the other names held",
-        "aiolock/_many.py",
+        "many.py",
         "            except anyio.get_cancelled_exc_class() as exc:\n"
         "                cancelled = cancelled or exc\n",
         "",
@@ -684,7 +684,7 @@ MUTANTS = [
     # Found by the simulation's liveness rules (tests/sim/live.py).
     Mutant(
         "a streak of handoffs starts again whenever the local queue empties",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "        self._streaks.keep(key, queue)  # the lock may stay with us: its streak goes on\n",
         "",
         (
@@ -694,7 +694,7 @@ MUTANTS = [
     ),
     Mutant(
         "an expired hold's release ends its process's streak of handoffs",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "            if valid:  # (an expired hold's release: the lock may be with another",
         "            if True:  # (an expired hold's release: the lock may be with another",
         (
@@ -756,7 +756,7 @@ MUTANTS = [
     ),
     Mutant(
         "a head offers to take grants though pub/sub is refused",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "            polling = queue.polling()\n",
         "            polling = False\n",
         (
@@ -777,7 +777,7 @@ MUTANTS = [
     ),
     Mutant(
         "a head holding back for one give-way of ours tries though we gave way again",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "back = queue.holding_back(clock=self._clock)",
         "back = 0.0",
         (
@@ -787,7 +787,7 @@ MUTANTS = [
     ),
     Mutant(
         "a head holding back tries though a release claimed its offer meanwhile",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "                        if offer is not None and offer.claimed:\n"
         "                            continue",
         "                        if False:\n                            continue",
@@ -798,7 +798,7 @@ MUTANTS = [
     ),
     Mutant(
         "a head that learns pub/sub is refused keeps its offer until the refresh",
-        "aiolock/_turns.py",
+        "turns.py",
         "        if self.offering and self._head() is None:\n",
         "        if False:\n",
         (
@@ -810,7 +810,7 @@ MUTANTS = [
     ),
     Mutant(
         "a grant of a token taken and let go, made again since, is kept",
-        "aiolock/_grants.py",
+        "grants.py",
         "            if node not in taken_on or fence > fenced:\n"
         "                give_back(self._quorum, key, token, only=node)\n"
         "            if fence > fenced:\n"
@@ -821,35 +821,35 @@ MUTANTS = [
     ),
     Mutant(
         "a lost lock's token stays noted as held (Grants._held grows)",
-        "aiolock/_renewal.py",
+        "renewal.py",
         "        renewer.let_go(hold.token)\n",
         "",
         ("tests/test_late.py::test_a_lost_locks_token_is_forgotten_though_its_handle_is_dropped",),
     ),
     Mutant(
         "a handoff's view of the line is dropped when its taker was our last waiter",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "            self._streaks.seen(key, alone=alone)\n",
         "            pass\n",
         ("tests/test_turns.py::test_a_process_that_saw_nobody_in_line_gives_way_once_others_join",),
     ),
     Mutant(
         "a release that wakes a busy head goes on believing its process alone in line",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "queue.alone = False  # (nothing read the line",
         "pass  # (nothing read the line",
         ("tests/test_turns.py::test_a_process_that_saw_nobody_in_line_gives_way_once_others_join",),
     ),
     Mutant(
         "a handle reads owned while its own release is in flight",
-        "aiolock/_lock.py",
+        "lock.py",
         "        hold.ended = True\n        engine = self._engine\n",
         "        engine = self._engine\n",
         ("tests/test_late.py::test_a_handle_stops_reading_owned_once_its_release_is_on_its_way",),
     ),
     Mutant(
         "an expired hold's release at the streak's limit starts the streak again",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "        if valid:  # (an expired hold's release may release nothing: the streak goes on)\n"
         "            queue.local_streak = 0\n",
         "        queue.local_streak = 0\n",
@@ -870,7 +870,7 @@ MUTANTS = [
     ),
     Mutant(
         "a process offers firmly before its subscriptions to the grants are confirmed",
-        "aiolock/_turns.py",
+        "turns.py",
         "        tentative = not self._offer_is_firm()\n",
         "        tentative = False\n",
         (
@@ -880,14 +880,14 @@ MUTANTS = [
     ),
     Mutant(
         "a head subscribes to the grants only as it joins the line, with its offer",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "        if grants is not None and self._turns is not None:\n",
         "        if False:\n",
         ("tests/test_turns.py::test_a_process_subscribes_to_its_grants_before_it_joins_the_line",),
     ),
     Mutant(
         "a tentative offer stays tentative until the entry's next refresh",
-        "aiolock/_turns.py",
+        "turns.py",
         "        if self._tentative and self._refresh is not None and self._offer_is_firm():\n",
         "        if False:\n",
         (
@@ -897,7 +897,7 @@ MUTANTS = [
     ),
     Mutant(
         "an extend() that finds the lock gone on a majority stops its renewal untold",
-        "aiolock/_lock.py",
+        "lock.py",
         "                self._renewal.declare_lost("
         '"the key is gone or held by another token", gone)\n',
         "                pass\n",
@@ -908,7 +908,7 @@ MUTANTS = [
     ),
     Mutant(
         "a subscription confirmed late wakes the head even as its process gives way",
-        "aiolock/_queue.py",
+        "queue.py",
         "        if self.gave_way is None:\n            self.wake.set()\n",
         "        if True:\n            self.wake.set()\n",
         (
@@ -920,7 +920,7 @@ MUTANTS = [
     # waiters whose attempts split the vote tried again at once, and split it again.
     Mutant(
         "a waiter whose attempt split the vote tries again at once",
-        "aiolock/_votes.py",
+        "votes.py",
         "        return random.uniform(0.0, min(bound, SPLIT_PAUSE_LONGEST))\n",
         "        return 0.0\n",
         ("tests/test_waiting.py::test_waiters_that_split_the_vote_back_off_and_one_of_them_wins",),
@@ -929,7 +929,7 @@ MUTANTS = [
     # nobody could win, every attempt split the vote, and the pause stayed as short.
     Mutant(
         "a split vote's pause does not grow with the split votes before it",
-        "aiolock/_votes.py",
+        "votes.py",
         "        bound = SPLIT_PAUSE * took * 2.0 ** min(before, 30)\n",
         "        bound = SPLIT_PAUSE * took\n",
         (
@@ -941,7 +941,7 @@ MUTANTS = [
     # ours, heard only after our release had named another process, woke the head.
     Mutant(
         "a shortening heard after its process gave way wakes the head at once",
-        "aiolock/_queue.py",
+        "queue.py",
         "        if message == SHORTENED:\n            self._wake_unless_given_way()\n",
         "        if message == SHORTENED:\n            self.wake.set()\n",
         (
@@ -951,7 +951,7 @@ MUTANTS = [
     ),
     Mutant(
         "a release that gives way leaves its head's earlier wake-up standing",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "        queue.wake.clear()  # (stale: see above)\n",
         "",
         (
@@ -964,7 +964,7 @@ MUTANTS = [
     # refusal of pub/sub, tried at once and beat the process named.
     Mutant(
         "an expired hold's late release wakes the head after its process gave way",
-        "aiolock/_waiting.py",
+        "waiting.py",
         "        if not valid and queue.gave_way is not None:\n",
         "        if False:\n",
         (
@@ -974,7 +974,7 @@ MUTANTS = [
     ),
     Mutant(
         "a pub/sub connection lost or refused wakes the head at once though its process gave way",
-        "aiolock/_queue.py",
+        "queue.py",
         "        self.missed_release()\n        if self.subscribed:\n",
         "        self.wake.set()\n        if self.subscribed:\n",
         (
@@ -985,7 +985,7 @@ MUTANTS = [
     # The fourteenth session's fix (seed 281474983711000, pub/sub connections dropped).
     Mutant(
         "a process whose pub/sub connection dropped joins the line again only at its refresh",
-        "aiolock/_queue.py",
+        "queue.py",
         "            self.entry.taken_out(ours)\n",
         "",
         (
@@ -995,7 +995,7 @@ MUTANTS = [
     # The sixteenth session's fix (seed 281474985869760, one pub/sub connection dropped).
     Mutant(
         "a process whose pub/sub connection dropped offers firm before it is subscribed again",
-        "aiolock/_queue.py",
+        "queue.py",
         "                ours[:] = [\n",
         "                _ = [\n",
         (
@@ -1005,7 +1005,7 @@ MUTANTS = [
     ),
     Mutant(
         "a subscription confirmed again after a reset does not wake the head",
-        "aiolock/_queue.py",
+        "queue.py",
         "back.add_done_callback(self._confirmed_again)\n",
         "back.cancel()\n",
         (
@@ -1016,7 +1016,7 @@ MUTANTS = [
     # The tenth session's second fix (seed 70368944185082, nodes that are clusters).
     Mutant(
         "a waiter sleeps to the longest ttl among the nodes that said held",
-        "aiolock/_votes.py",
+        "votes.py",
         "        return pttls[max(1, votes.quorum - (votes.n - len(pttls))) - 1] / 1000\n",
         "        return pttls[-1] / 1000\n",
         (
@@ -1027,7 +1027,7 @@ MUTANTS = [
     # The eleventh session's two fixes: the stall watchdog, and an extend() read late.
     Mutant(
         "a loop blocked past the stall timeout resets a connection whose replies wait unread",
-        "aiolock/_node.py",
+        "node.py",
         " > self._stall_timeout and not unread(transport):\n",
         " > self._stall_timeout:\n",
         (
@@ -1037,7 +1037,7 @@ MUTANTS = [
     ),
     Mutant(
         "the stall watchdog never resets a connection, silent as it may be",
-        "aiolock/_node.py",
+        "node.py",
         "            if pending and now - pending[0][3] > self._stall_timeout and not unread(",
         "            if False and not unread(",
         (
@@ -1048,7 +1048,7 @@ MUTANTS = [
     # The twelfth session's: a request the loop blocked in the write buffer.
     Mutant(
         "the stall watchdog times a request from its send, though a block kept it unwritten",
-        "aiolock/_node.py",
+        "node.py",
         "                pending[i] = (callback, script, args, now)\n",
         "                pending[i] = (callback, script, args, _sent)\n",
         (
@@ -1058,7 +1058,7 @@ MUTANTS = [
     ),
     Mutant(
         "a script first used while the node is down counts as loaded on its next connection",
-        "aiolock/_node.py",
+        "node.py",
         "                self._loads_due.append(script)\n",
         "                pass\n",
         (
@@ -1070,7 +1070,7 @@ MUTANTS = [
     # order"): an EVALSHA queued as a reset lost its script's load went out without it.
     Mutant(
         "an EVALSHA queued as a reset lost its script's load is sent without it",
-        "aiolock/_node.py",
+        "node.py",
         "        loads, self._loads_due = (*self._scripts, *self._loads_due, *lost), []\n",
         "        loads, self._loads_due = (*self._scripts, *self._loads_due), []\n",
         (
@@ -1080,7 +1080,7 @@ MUTANTS = [
     ),
     Mutant(
         "a renewal batch's budget covers all its script calls, not each",
-        "aiolock/_quorum.py",
+        "quorum.py",
         "budget) * len(chunks), limit)",
         "budget), limit)",
         (
@@ -1090,7 +1090,7 @@ MUTANTS = [
     ),
     Mutant(
         "an extend() confirmed after its validity ran out says that no node failed",
-        "aiolock/_engine.py",
+        "_engine.py",
         "        if not errors and votes.won:",
         "        if False:",
         ("tests/test_lock.py::test_an_extend_confirmed_after_its_validity_ran_out_says_so",),
@@ -1099,7 +1099,7 @@ MUTANTS = [
     # subscription made again took the reply to the one before for its confirmation.
     Mutant(
         "a subscription made again is confirmed by the reply to the one before",
-        "aiolock/_pubsub.py",
+        "pubsub.py",
         "if owed <= 1 and waiting:",
         "if owed >= 0 and waiting:",
         (
@@ -1116,6 +1116,8 @@ def locate(mutant: Mutant, root: Path = ROOT) -> Path:
     if "/" in mutant.path:
         return root / mutant.path
     found = sorted((root / "aiolock").rglob(mutant.path))
+    if len(found) > 1:  # (e.g. the benchmark's renewal.py): the one with the anchor
+        found = [path for path in found if mutant.old in path.read_text()]
     if len(found) != 1:
         raise SystemExit(f"{mutant.name}: {len(found)} files named {mutant.path} in aiolock/")
     return found[0]

@@ -16,7 +16,7 @@ from redis.crc import key_slot
 from redis.exceptions import ClusterCrossSlotError, MovedError
 
 import aiolock
-from aiolock._cluster import ClusterNode
+from aiolock._io.cluster import ClusterNode
 from aiolock._lua import ACQUIRE_SCRIPT, EXTEND_MANY_SCRIPT
 from aiolock.testing import Cluster, Server, Servers, redis_cluster, wait_cluster_ok
 

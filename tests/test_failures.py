@@ -427,7 +427,7 @@ async def test_a_minority_restarted_empty_is_repaired_by_the_next_renewal(
 async def test_a_repair_brings_the_counter_up_to_the_tokens_reserved_for_leases(
     servers: Servers, name: str
 ) -> None:
-    # A holder whose PASS_ON reserved tokens for the waiters behind it (see _lease.py)
+    # A holder whose PASS_ON reserved tokens for the waiters behind it (see _waiting/lease.py)
     # hands them out with no I/O: a node it repairs must know them all, not only its own.
     async with LockManager(servers, node_timeout=0.1) as locks:
         holder = locks.lock(name, ttl=3.0, auto_renew=False)

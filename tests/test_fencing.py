@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from aiolock import LockManager
+from aiolock._io.node import Callback
 from aiolock._lua import (
     ACQUIRE_SCRIPT,
     EXTEND_SCRIPT,
@@ -27,8 +28,7 @@ from aiolock._lua import (
     RELEASE_SCRIPT,
     Script,
 )
-from aiolock._node import Callback
-from aiolock._quorum import Quorum
+from aiolock._quorum.quorum import Quorum
 from aiolock.testing import Server, Servers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "examples"))
@@ -125,7 +125,7 @@ class FencingModel(RuleBasedStateMachine):
         self.holder: bytes | None = None
         self.tokens: list[int] = []
         # Nodes that failed (down, or restarted empty) since the last acquisition
-        # began: the promise holds while they are a minority (see _fencing.py).
+        # began: the promise holds while they are a minority (see _core/fencing.py).
         self.failed: set[int] = set()
 
     def teardown(self) -> None:
@@ -189,7 +189,7 @@ test_fencing_model = FencingModel.TestCase
 def test_model_catches_a_broken_algorithm(monkeypatch: pytest.MonkeyPatch) -> None:
     """The model is not vacuous: taking the first fence instead of the largest
     (a plausible bug) is caught."""
-    from aiolock import _quorum
+    from aiolock._quorum import quorum as _quorum
 
     original = _quorum.Quorum._settle_fence
 

@@ -1,5 +1,5 @@
 """A release grants the lock to the process whose turn it is (issue 17, see
-aiolock/_grants.py and RELEASE_TURN): the key gets that process's offered token on each
+aiolock/_waiting/grants.py and RELEASE_TURN): the key gets that process's offered token on each
 node, the process learns it from one message per node, and makes no attempt of its own.
 
 Each ``LockManager`` is one process in line, as in tests/test_turns.py; a real process
@@ -20,10 +20,8 @@ from typing import Any
 
 import redis.asyncio as redis
 
-import aiolock._turns
+import aiolock._waiting.turns
 from aiolock import LockManager
-from aiolock._grants import GRANT_WAIT, Grants
-from aiolock._handoff import Taker
 from aiolock._lua import (
     ACQUIRE_SCRIPT,
     NOT_FREE,
@@ -32,6 +30,8 @@ from aiolock._lua import (
     TURN_JOIN_SCRIPT,
     Script,
 )
+from aiolock._waiting.grants import GRANT_WAIT, Grants
+from aiolock._waiting.taker import Taker
 
 from .conftest import TurnScripts, count_attempts, key, members_on, scripts_run, two_in_line
 
@@ -138,7 +138,7 @@ async def test_a_grant_to_a_killed_process_is_undone_and_the_others_try_at_once(
         await pubsub.aclose()
         assert message is not None
         assert message["data"] == b""
-        assert waited < aiolock._turns.FALLBACK * 0.6
+        assert waited < aiolock._waiting.turns.FALLBACK * 0.6
         assert waiter_side._engine.turns is not None
         members = [await c.zrange(key(name) + ":turns", 0, -1) for c in clients]
         assert all(line in ([], [waiter_side._engine.turns.member]) for line in members)
@@ -176,7 +176,7 @@ async def test_grants_lost_on_the_way_cost_one_attempt_not_a_fallback(
         # Its head tried with the token it had offered (the nodes that granted it count
         # for it) once GRANT_WAIT passed; the second in line still waits its turn.
         assert attempts == [1]
-        assert GRANT_WAIT * 0.9 < waited < aiolock._turns.FALLBACK
+        assert GRANT_WAIT * 0.9 < waited < aiolock._waiting.turns.FALLBACK
         assert not second_waits.done()
         await first_lock.release()
         assert await asyncio.wait_for(second_waits, 20)
@@ -203,7 +203,7 @@ async def test_a_waiter_that_leaves_as_the_lock_is_granted_gives_it_back_at_once
         await holder.release()
         assert await asyncio.wait_for(second_waits, 20)
         # At once: not after FALLBACK, nor the granted token's 30 s.
-        assert time.monotonic() - released < aiolock._turns.FALLBACK * 0.6
+        assert time.monotonic() - released < aiolock._waiting.turns.FALLBACK * 0.6
         assert first_waits.cancelled()
         assert second_lock._hold is not None
         assert [await c.get(key(name)) for c in clients].count(second_lock._hold.token) >= 3

@@ -10,7 +10,7 @@ import pytest
 import redis.asyncio as redis
 
 from aiolock import LockManager, LockNotOwned, QuorumError
-from aiolock._ticket import Ticket, encode_ticket
+from aiolock._handles.ticket import Ticket, encode_ticket
 from aiolock.testing import Server, Servers
 
 from .conftest import key, settled, tokens_on

@@ -19,8 +19,8 @@ from hypothesis import strategies as st
 
 import aiolock
 from aiolock import LockManager, LockNotOwned
-from aiolock._batch import BATCH_LIMIT
-from aiolock._checks import MAX_NAME_BYTES, MAX_SEMAPHORE_LIMIT, MAX_TTL
+from aiolock._core.batch import BATCH_LIMIT
+from aiolock._core.checks import MAX_NAME_BYTES, MAX_SEMAPHORE_LIMIT, MAX_TTL
 
 #: Five times the default: generous enough for a busy 2-core box (a test must not flake),
 #: far below what an oversized request held the others up for (0.3 s, issue 19).

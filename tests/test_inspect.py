@@ -9,7 +9,7 @@ import redis.asyncio as redis
 
 import aiolock
 from aiolock import LockManager, QuorumError
-from aiolock._info import summarize
+from aiolock._core.info import summarize
 from aiolock.testing import Server, Servers
 
 from .conftest import key

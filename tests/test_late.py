@@ -20,7 +20,7 @@ import pytest
 import redis.asyncio as redis
 
 import aiolock
-import aiolock._lease
+import aiolock._waiting.lease
 from aiolock import LockManager, QuorumError
 from aiolock.testing import Servers, nemesis, script
 
@@ -203,7 +203,7 @@ async def test_a_lease_never_leaves_the_key_longer_than_its_takers_ttl(
     """
     # Whatever the timing, the holder's validity is one a lease may pass on (the slack
     # below a fresh acquire's; the bound above, the taker's ttl, is the library's).
-    monkeypatch.setattr(aiolock._lease, "lease_slack", lambda ttl: 1.5)
+    monkeypatch.setattr(aiolock._waiting.lease, "lease_slack", lambda ttl: 1.5)
     async with (
         nemesis(servers) as net,
         LockManager(net.urls, node_timeout=1.0) as locks,
@@ -410,7 +410,7 @@ async def test_offers_forgotten_cost_a_wait_never_a_second_holder(
     # Overflowed at once here (it keeps none): every grant goes unread, the granted key
     # waits on the nodes, and the waiter takes the lock with its own attempt (ACQUIRE
     # on its own token says yes) once it tries: later, never alongside the holder.
-    monkeypatch.setattr(aiolock._turns, "_OFFERS_KEPT", 0)
+    monkeypatch.setattr(aiolock._waiting.turns, "_OFFERS_KEPT", 0)
     async with (
         LockManager(list(servers)) as first,
         LockManager(list(servers)) as second,
@@ -437,7 +437,7 @@ async def test_a_renewal_batch_sends_one_chunk_at_a_time_on_the_shared_connectio
     # The renewal shares each node's connection with acquires and releases (so that
     # nothing of ours overtakes anything of ours): a big batch is sent a chunk at a
     # time, and a request written meanwhile waits for one chunk, not the whole batch.
-    from aiolock._batch import BATCH_LIMIT
+    from aiolock._core.batch import BATCH_LIMIT
     from aiolock._lua import ACQUIRE_SCRIPT, EXTEND_MANY_SCRIPT
 
     async with nemesis(list(servers)[:1]) as net, LockManager(net.urls) as locks:

@@ -1,4 +1,4 @@
-"""Handoffs within a process that send nothing: the lease (issue 17, see _handoff.py).
+"""Handoffs within a process that send nothing: the lease (issue 17, see _waiting/handoff.py).
 
 A handoff to a waiter of the same process (``PASS_ON``) reserves fencing tokens for
 the waiters queued behind the taker. While the lock is fresh, the next handoffs hand
@@ -15,14 +15,14 @@ import pytest
 import redis.asyncio as redis
 
 from aiolock import Lock, LockManager, _lua
-from aiolock._handoff import reserved
-from aiolock._votes import Attempt, Votes, is_taken
-from aiolock._waiting import Outcome, Taker
+from aiolock._core.votes import Attempt, Votes, is_taken
+from aiolock._waiting.handoff import reserved
+from aiolock._waiting.waiting import Outcome, Taker
 
 from .conftest import TurnScripts, elsewhere, key, scripts_run, settled_keys
 
 if TYPE_CHECKING:
-    from aiolock._quorum import Quorum
+    from aiolock._quorum.quorum import Quorum
 
 QUORUM = 3
 
@@ -108,7 +108,7 @@ async def test_a_lease_hands_out_reserved_tokens_above_any_later_holder_s_floor(
 ) -> None:
     # The lease's tokens are reserved on a quorum by the PASS_ON before them: a holder
     # after the last lease holder died gets a greater token, even with a clock so far
-    # behind that its floor counts for nothing (see _fencing.py). A 30 s ttl: a lease
+    # behind that its floor counts for nothing (see _core/fencing.py). A 30 s ttl: a lease
     # is made only within 1 % of it (300 ms) of the PASS_ON, which a busy box can take.
     waiters, tasks = await _passed_on(locks, name, ttl=30.0)
     passed_on = {await client.get(key(name)) for client in clients}

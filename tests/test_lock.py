@@ -10,7 +10,7 @@ import redis.asyncio as redis
 
 import aiolock
 from aiolock import LockManager, LockNotOwned, LockTimeout, QuorumError
-from aiolock._hold import Extension, Hold
+from aiolock._core.hold import Extension, Hold
 from aiolock.testing import Server, Servers
 
 from .conftest import elsewhere, key, settled, settled_keys, tokens_on

@@ -1,5 +1,5 @@
 """Node I/O on real servers: requests of one loop iteration share a write, and keep
-their whole ``node_timeout`` however long the iteration runs (see ``_node.py``)."""
+their whole ``node_timeout`` however long the iteration runs (see ``_io/node.py``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from collections.abc import Callable
 from typing import Any
 
 from aiolock import LockManager
+from aiolock._io.node import MIN_STALL_TIMEOUT, Node
 from aiolock._lua import Script
-from aiolock._node import MIN_STALL_TIMEOUT, Node
 
 from .faults import proxies
 from .faults.proxy import Mode

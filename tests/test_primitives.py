@@ -288,7 +288,7 @@ async def test_a_semaphore_waiter_listens_on_one_channel(
     sem = locks.semaphore(name, limit, ttl=30)
     waiter = asyncio.create_task(elsewhere(sem.acquire(timeout=10)))
     await asyncio.sleep(0.3)
-    # It listens on some of the nodes (see _waiting.py): one channel on each of them.
+    # It listens on some of the nodes (see _waiting/waiting.py): one channel on each of them.
     channels = [await client.pubsub_channels(f"*{name}*") for client in clients]
     assert {len(on_node) for on_node in channels} == {0, 1}, channels
     started = time.monotonic()

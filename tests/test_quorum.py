@@ -13,14 +13,14 @@ from typing import Any
 import anyio
 import pytest
 
-from aiolock._batch import BATCH_BYTES, batch_chunks
-from aiolock._connection import MAX_KEY_ROUNDS
-from aiolock._grants import Grants
-from aiolock._handoff import Taker
+from aiolock._core.batch import BATCH_BYTES, batch_chunks
+from aiolock._core.votes import DRIFT_FLOOR, drift, quorum_size
+from aiolock._io.node import Callback
 from aiolock._lua import ACQUIRE_SCRIPT, RAISE_FENCE_SCRIPT, RELEASE_SCRIPT, Script
-from aiolock._node import Callback
-from aiolock._quorum import Quorum
-from aiolock._votes import DRIFT_FLOOR, drift, quorum_size
+from aiolock._quorum.keys_asked import MAX_KEY_ROUNDS
+from aiolock._quorum.quorum import Quorum
+from aiolock._waiting.grants import Grants
+from aiolock._waiting.taker import Taker
 
 TAKEN = [1, 0]  # ACQUIRE's reply when the key was set
 HELD = [0, 5000]  # ... when someone else holds it, 5 s to live

@@ -1,4 +1,4 @@
-"""The seams with redis-py (aiolock/_redis.py) and with strict servers (aiolock/_lua/).
+"""The seams with redis-py (aiolock/_io/redis.py) and with strict servers (aiolock/_lua/).
 
 Pure logic; the same table is exercised against real servers by the cluster,
 failure and ACL tests, on every redis-py line of `nox -s compat`.
@@ -26,10 +26,10 @@ from redis.exceptions import (
     TryAgainError,
 )
 
-from aiolock._keys import RELEASED_SUFFIX, grant_channel, release_channel, semaphore_index
+from aiolock._core.keys import RELEASED_SUFFIX, grant_channel, release_channel, semaphore_index
+from aiolock._io.node import Node
+from aiolock._io.redis import ERROR_CLASSES, error_from_reply
 from aiolock._lua import every_script
-from aiolock._node import Node
-from aiolock._redis import ERROR_CLASSES, error_from_reply
 
 
 @pytest.mark.parametrize(
@@ -114,7 +114,7 @@ def test_a_server_older_than_6_2_is_refused_with_a_clear_error() -> None:
 
 
 def test_the_scripts_announce_on_the_channel_the_waiters_listen_to() -> None:
-    """Scripts build the release channel from KEYS[1] themselves: as _keys.py does."""
+    """Scripts build the release channel from KEYS[1] themselves: as _core/keys.py does."""
     suffix = RELEASED_SUFFIX.decode()
     scripts = every_script()
     assert release_channel(b"k") == b"k" + RELEASED_SUFFIX

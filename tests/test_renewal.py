@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import redis.asyncio as redis
 
-import aiolock._batch
+import aiolock._core.batch
 from aiolock import LockLost, LockManager, LockNotOwned, QuorumError
-from aiolock._renewal import Renewal
+from aiolock._quorum.renewal import Renewal
 from aiolock.testing import Server, Servers
 
 from .conftest import key, scripts_run
@@ -679,7 +679,7 @@ async def test_a_slow_majority_renews_every_call_of_a_split_batch_within_the_bud
     # ttl / 6 = 0.5 s. The budget was the whole batch's: the second call's replies came
     # after it, every round, and its lock was lost (found by the simulation's runs
     # focused on lag, seed 70369244182651). Each call gets it now.
-    monkeypatch.setattr(aiolock._batch, "BATCH_LIMIT", 1)
+    monkeypatch.setattr(aiolock._core.batch, "BATCH_LIMIT", 1)
     async with (
         proxies(urls) as slow,
         LockManager([p.url for p in slow], node_timeout=0.1) as locks,
@@ -760,7 +760,7 @@ async def test_a_renewal_that_wins_puts_the_key_back_where_a_minority_lost_it(
         assert held == [ours, b"someone-else", ours, ours, ours], held
         assert 0 < await clients[0].pttl(key(name)) <= ttl * 1000
         assert int(await clients[0].get(fence_key) or 0) == fence
-        # The counter outlives the lock, as every acquire's does (see _fencing.py).
+        # The counter outlives the lock, as every acquire's does (see _core/fencing.py).
         assert await clients[0].pttl(fence_key) > 100 * ttl * 1000 - 5_000
         # Renewed, not only re-created: the repaired key's ttl is refreshed too.
         await asyncio.sleep(ttl)

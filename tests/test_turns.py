@@ -1,4 +1,4 @@
-"""Turns across processes (issue 17, see aiolock/_turns.py): a release names the waiting
+"""Turns across processes (issue 17, see aiolock/_waiting/turns.py): a release names the waiting
 process whose turn it is, and only that one tries; a process that does not use its turn
 (killed, or its message lost) delays the others by about one refresh interval.
 
@@ -32,13 +32,13 @@ import redis.asyncio as redis
 
 import aiolock
 import aiolock._lua
-import aiolock._queue
-import aiolock._turns
-import aiolock._waiting
+import aiolock._waiting.queue
+import aiolock._waiting.turns
+import aiolock._waiting.waiting
 from aiolock import LockManager
-from aiolock._keys import turn_keys
+from aiolock._core.keys import turn_keys
 from aiolock._lua import TURN_LEAVE_SCRIPT
-from aiolock._waiting import LOCAL_STREAK
+from aiolock._waiting.waiting import LOCAL_STREAK
 from aiolock.testing import command, nemesis
 
 from .conftest import count_attempts, in_line, key, scripts_run, two_in_line
@@ -53,7 +53,7 @@ def naming_only(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 
     Returns the environment for worker processes that do the same.
     """
-    monkeypatch.setattr(aiolock._turns.Turns, "offer", lambda _self, _key, _taker, **_: ())
+    monkeypatch.setattr(aiolock._waiting.turns.Turns, "offer", lambda _self, _key, _taker, **_: ())
     return {**os.environ, "AIOLOCK_TEST_NO_OFFERS": "1"}
 
 
@@ -61,8 +61,8 @@ def naming_only(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
 def giving_way(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each release ends its process's streak (gives way), and nobody tries out of turn
     (the fallback of 0.5 s made 30 s)."""
-    monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", 0)
-    monkeypatch.setattr(aiolock._turns, "FALLBACK", 30.0)
+    monkeypatch.setattr(aiolock._waiting.waiting, "LOCAL_STREAK", 0)
+    monkeypatch.setattr(aiolock._waiting.turns, "FALLBACK", 30.0)
 
 
 @pytest.mark.usefixtures("naming_only")
@@ -70,7 +70,7 @@ async def test_processes_take_turns_in_the_order_they_queued(
     urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Nobody falls back to trying out of turn during this test, however slow the machine.
-    monkeypatch.setattr(aiolock._turns, "FALLBACK", 30.0)
+    monkeypatch.setattr(aiolock._waiting.turns, "FALLBACK", 30.0)
     async with contextlib.AsyncExitStack() as stack:
         holder_side = await stack.enter_async_context(LockManager(urls))
         waiting = [await stack.enter_async_context(LockManager(urls)) for _ in range(3)]
@@ -146,7 +146,7 @@ async def test_a_waiter_process_killed_first_in_line_delays_the_others_about_one
         assert await asyncio.wait_for(waiter, 20)
         waited = time.monotonic() - released
     # It tried after FALLBACK, not at once, nor after the holder's 30 s PTTL.
-    assert aiolock._turns.FALLBACK * 0.9 < waited < aiolock._turns.FALLBACK + 2.5
+    assert aiolock._waiting.turns.FALLBACK * 0.9 < waited < aiolock._waiting.turns.FALLBACK + 2.5
 
 
 def _intercept(manager: LockManager, hook: Callable[[bytes, bytes], None]) -> Callable[..., None]:
@@ -184,7 +184,9 @@ async def test_a_lost_turn_message_costs_about_one_refresh_interval(
         assert set(lost) == {first._engine.turns.member if first._engine.turns else b""}
         assert not first_waits.done()
         # The second tried after FALLBACK: not at once, nor after the holder's PTTL.
-        assert aiolock._turns.FALLBACK * 0.9 < waited < aiolock._turns.FALLBACK + 2.5
+        assert (
+            aiolock._waiting.turns.FALLBACK * 0.9 < waited < aiolock._waiting.turns.FALLBACK + 2.5
+        )
         # The first one was moved to the back: the next release is its turn.
         released = time.monotonic()
         await second_lock.release()
@@ -417,8 +419,8 @@ async def test_a_grant_to_an_offer_already_taken_and_let_go_is_given_back(
     # process knew the token as taken and let go, and ignored the grant on the nodes
     # it had taken it on: the key stayed with a token nobody held until the offer's
     # ttl, and every waiter waited.
-    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)  # the offer stays as it is
-    monkeypatch.setattr(aiolock._turns, "ENTRY_TTL", 10.0)
+    monkeypatch.setattr(aiolock._waiting.turns, "REFRESH", 5.0)  # the offer stays as it is
+    monkeypatch.setattr(aiolock._waiting.turns, "ENTRY_TTL", 10.0)
     async with LockManager(urls) as side_a, LockManager(urls) as side_b:
         first = side_b.lock(name, ttl=0.3, auto_renew=False)
         assert await first.acquire(timeout=0)
@@ -474,15 +476,15 @@ async def test_a_release_that_finds_its_lock_expired_still_names_the_next_in_lin
     # and announced nothing, and the waiter slept on until that PTTL, the lock free.
     # (The shortening announces itself now: here that message is lost, as a message
     # may be, and the release is what is left to wake the waiter.)
-    hear = aiolock._waiting.Waiting._on_message
+    hear = aiolock._waiting.waiting.Waiting._on_message
 
     def deaf_to_shortening(
-        waiting: aiolock._waiting.Waiting, channel: bytes, message: bytes
+        waiting: aiolock._waiting.waiting.Waiting, channel: bytes, message: bytes
     ) -> None:
         if message != aiolock._lua.SHORTENED:
             hear(waiting, channel, message)
 
-    monkeypatch.setattr(aiolock._waiting.Waiting, "_on_message", deaf_to_shortening)
+    monkeypatch.setattr(aiolock._waiting.waiting.Waiting, "_on_message", deaf_to_shortening)
     async with LockManager(urls) as holder_side, LockManager(urls) as waiter_side:
         holder, waiter, waits = await _waiting_behind(
             holder_side, waiter_side, clients, name, wait=10
@@ -495,7 +497,7 @@ async def test_a_release_that_finds_its_lock_expired_still_names_the_next_in_lin
         # Named by the release, the waiter tries at once: not after its PTTL (30 s),
         # nor its timeout (10 s; on the old code it returned False then).
         assert await asyncio.wait_for(waits, 20)
-        assert time.monotonic() - released < aiolock._turns.FALLBACK * 0.6
+        assert time.monotonic() - released < aiolock._waiting.turns.FALLBACK * 0.6
         await waiter.release()
 
 
@@ -528,7 +530,7 @@ async def test_a_lock_shortened_and_left_to_expire_wakes_the_other_processes_wai
         # after the PTTL it had learnt (30 s), nor its timeout (10 s; on the old code
         # it returned False then).
         assert await asyncio.wait_for(waits, 20)
-        assert 0.3 <= time.monotonic() - shortened < 0.3 + aiolock._turns.FALLBACK
+        assert 0.3 <= time.monotonic() - shortened < 0.3 + aiolock._waiting.turns.FALLBACK
         await waiter.release()
 
 
@@ -555,7 +557,7 @@ async def test_a_process_that_leaves_in_its_turn_announces_the_lock_free(
         await line.holder.release()
         assert await asyncio.wait_for(second_waits, 20)
         # At once: not after FALLBACK (0.5 s), nor the holder's 30 s PTTL.
-        assert time.monotonic() - released < aiolock._turns.FALLBACK * 0.6
+        assert time.monotonic() - released < aiolock._waiting.turns.FALLBACK * 0.6
         assert first_waits.cancelled()
         await second_lock.release()
 
@@ -586,7 +588,7 @@ async def test_a_head_cancelled_while_subscribing_leaves_its_place_in_line_to_th
         released = time.monotonic()
         await holder.release()
         assert await asyncio.wait_for(second, 20)
-        assert time.monotonic() - released < aiolock._turns.FALLBACK * 0.6  # its turn
+        assert time.monotonic() - released < aiolock._waiting.turns.FALLBACK * 0.6  # its turn
         await second_lock.release()
 
 
@@ -600,7 +602,7 @@ async def test_a_head_that_leaves_as_its_process_gives_way_does_not_beat_the_pro
     # (its operation's timeout), and the waiter after it, head now, tried at once: its
     # attempt followed the release on every connection and won, before the process
     # named had heard it was its turn. The streak began again: 8 holdings in a row.
-    monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", 0)  # each release gives way
+    monkeypatch.setattr(aiolock._waiting.waiting, "LOCAL_STREAK", 0)  # each release gives way
     async with LockManager(urls) as busy, LockManager(urls) as other:
         queue = key(name).encode()
         holder = busy.lock(name, ttl=30, auto_renew=False)
@@ -643,8 +645,8 @@ async def test_a_head_that_leaves_as_its_process_gives_way_does_not_beat_the_pro
 
 def _no_refresh_meanwhile(monkeypatch: pytest.MonkeyPatch) -> None:
     """Entries refreshed every 5 s (living 10 s): none comes back during the test."""
-    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)
-    monkeypatch.setattr(aiolock._turns, "ENTRY_TTL", 10.0)
+    monkeypatch.setattr(aiolock._waiting.turns, "REFRESH", 5.0)
+    monkeypatch.setattr(aiolock._waiting.turns, "ENTRY_TTL", 10.0)
 
 
 @pytest.mark.usefixtures("naming_only")
@@ -661,14 +663,14 @@ async def test_a_named_process_that_holds_past_the_fallback_stays_in_line(
     _no_refresh_meanwhile(monkeypatch)
     # A process taken out of line joins again at once since (it is told): that it was
     # never taken out is read from what it was told, too.
-    told: list[aiolock._turns.Entry] = []
-    taken_out = aiolock._turns.Entry.taken_out
+    told: list[aiolock._waiting.turns.Entry] = []
+    taken_out = aiolock._waiting.turns.Entry.taken_out
 
-    def noted(entry: aiolock._turns.Entry) -> None:
+    def noted(entry: aiolock._waiting.turns.Entry) -> None:
         told.append(entry)
         taken_out(entry)
 
-    monkeypatch.setattr(aiolock._turns.Entry, "taken_out", noted)
+    monkeypatch.setattr(aiolock._waiting.turns.Entry, "taken_out", noted)
     async with contextlib.AsyncExitStack() as stack:
         line = await two_in_line(stack, urls, clients, name)
         named = line.first._engine.turns
@@ -681,7 +683,7 @@ async def test_a_named_process_that_holds_past_the_fallback_stays_in_line(
         await line.holder.release()  # names the first process, which takes the lock
         assert await asyncio.wait_for(line.first_waits, 20)
         # Held for twice the fallback: the second process's fallback has fired.
-        await asyncio.sleep(2 * aiolock._turns.FALLBACK * 1.1)
+        await asyncio.sleep(2 * aiolock._waiting.turns.FALLBACK * 1.1)
         assert not line.second_waits.done()  # (its attempt failed: the lock is held)
         turns = key(name) + ":turns"
         for client in clients:
@@ -711,7 +713,7 @@ async def test_a_named_process_taken_out_of_line_as_its_lock_expired_joins_again
     _no_refresh_meanwhile(monkeypatch)
     # The waiter of the process named tries after the other's fallback (0.5 s), though
     # the holder's key expired before it (0.3 s).
-    monkeypatch.setattr(aiolock._waiting, "EXPIRY_SLACK", 1.0)
+    monkeypatch.setattr(aiolock._waiting.waiting, "EXPIRY_SLACK", 1.0)
     async with contextlib.AsyncExitStack() as stack:
         line = await two_in_line(stack, urls, clients, name, first_ttl=0.3)
         named, short, other_lock = line.first, line.first_lock, line.second_lock
@@ -751,12 +753,12 @@ async def test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering(
     # nobody, undid the grant and took the process out of line; the other process, alone
     # in line as far as its handoffs could see, kept the lock 8 times in a row.
     learnt = False
-    refused = aiolock._queue.Queue.polling
+    refused = aiolock._waiting.queue.Queue.polling
 
-    def polling(queue: aiolock._queue.Queue) -> bool:  # the refusals come back late
+    def polling(queue: aiolock._waiting.queue.Queue) -> bool:  # the refusals come back late
         return learnt and refused(queue)
 
-    monkeypatch.setattr(aiolock._queue.Queue, "polling", polling)
+    monkeypatch.setattr(aiolock._waiting.queue.Queue, "polling", polling)
     offers = key(name) + ":turns:offers"
     async with (
         _pubsub_refused(clients, urls) as limited,
@@ -766,7 +768,7 @@ async def test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering(
         holder, _, waits = await _waiting_behind(holder_side, waiter_side, clients, name)
         assert [await c.zcard(offers) for c in clients] == [1] * 5  # offered, unaware
         learnt = True
-        await asyncio.sleep(aiolock._turns.REFRESH * 1.5)  # its entry refreshed since
+        await asyncio.sleep(aiolock._waiting.turns.REFRESH * 1.5)  # its entry refreshed since
         # No offer left, none made again (on the old code its refresh made it anew).
         assert [await c.zcard(offers) for c in clients] == [0] * 5
         waits.cancel()  # (it slept on the PTTL, believing it would hear the release)
@@ -785,7 +787,7 @@ async def test_a_head_that_learns_pubsub_is_refused_after_offering_withdraws_the
     # process's release, at the end of its streak, granted the lock to that offer,
     # heard nobody, undid the grant and took the process out of line: the other
     # process, alone in line as its handoffs saw it, held the name 8 times in a row.
-    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)  # (a refresh withdraws it too)
+    monkeypatch.setattr(aiolock._waiting.turns, "REFRESH", 5.0)  # (a refresh withdraws it too)
     offers = key(name) + ":turns:offers"
     async with (
         _pubsub_refused(clients, urls) as refused,
@@ -817,7 +819,7 @@ async def test_a_grant_unheard_because_our_subscription_is_not_in_place_yet_keep
     # it, then held the name 8 times in a row. An offer sent before every node
     # confirmed the subscription is tentative: its grant, unheard, is undone, but the
     # process stays in line.
-    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)  # (a refresh puts it back too)
+    monkeypatch.setattr(aiolock._waiting.turns, "REFRESH", 5.0)  # (a refresh puts it back too)
     turns = key(name) + ":turns"
 
     async with (
@@ -882,7 +884,7 @@ async def test_a_tentative_offer_is_made_firm_as_soon_as_every_node_confirms(
     # A tentative offer (see above) waits for no refresh: once the last node confirms
     # the subscription, the process sends its entry again with the offer firm, so that
     # a process killed in between is taken out of line by a grant it cannot hear.
-    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)
+    monkeypatch.setattr(aiolock._waiting.turns, "REFRESH", 5.0)
     async with (
         nemesis(urls) as net,
         LockManager(urls) as holder_side,
@@ -918,7 +920,7 @@ async def test_a_head_whose_pubsub_is_refused_after_its_offer_was_firm_withdraws
     # Queue.reset, also send the entry again without the offer as the refusal confirms
     # them), or as a reply on the open connections (the next SUBSCRIBE, for another
     # name, is refused): there only the head's withdrawal takes the offer back.
-    monkeypatch.setattr(aiolock._turns, "REFRESH", 5.0)
+    monkeypatch.setattr(aiolock._waiting.turns, "REFRESH", 5.0)
     offers = key(name) + ":turns:offers"
     for client in clients:
         await client.execute_command("ACL", "SETUSER", "aiolock", *MINIMAL_ACL.split())
@@ -968,8 +970,8 @@ async def test_where_pubsub_is_refused_a_process_that_gave_way_lets_the_one_name
     # at the end of its process's streak, a release named the other process, and the
     # process's own head, its poll due just then, tried and won; the process named,
     # whose poll came later, never had its turn (8 holdings in a row).
-    monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", 0)  # each release gives way
-    poll = aiolock._queue.POLL_INTERVAL
+    monkeypatch.setattr(aiolock._waiting.waiting, "LOCAL_STREAK", 0)  # each release gives way
+    poll = aiolock._waiting.queue.POLL_INTERVAL
     async with (
         _pubsub_refused(clients, urls) as limited,
         LockManager(limited) as busy,
@@ -1011,7 +1013,7 @@ async def test_where_pubsub_is_refused_an_expired_holds_late_release_leaves_the_
     # naming the other process. Then the expired hold's release came: counted as a
     # release of ours with the streak begun anew, it woke our head, which tried at
     # once and won before the process named polled (8 holdings in a row).
-    monkeypatch.setattr(aiolock._turns, "FALLBACK", 30.0)  # nobody tries out of turn
+    monkeypatch.setattr(aiolock._waiting.turns, "FALLBACK", 30.0)  # nobody tries out of turn
     async with (
         _pubsub_refused(clients, urls) as limited,
         LockManager(limited) as busy,
@@ -1042,8 +1044,8 @@ async def test_where_pubsub_is_refused_a_head_holding_back_holds_back_again_if_w
     # released the name, naming the other process again. The head, still holding back
     # for the first, tried when that wait ended, 50 ms after the second release, not
     # after a poll of the process named.
-    monkeypatch.setattr(aiolock._queue, "GAVE_WAY_POLL", 3.0)  # the window, made wide
-    monkeypatch.setattr(aiolock._turns, "FALLBACK", 30.0)  # nobody tries out of turn
+    monkeypatch.setattr(aiolock._waiting.queue, "GAVE_WAY_POLL", 3.0)  # the window, made wide
+    monkeypatch.setattr(aiolock._waiting.turns, "FALLBACK", 30.0)  # nobody tries out of turn
     async with (
         _pubsub_refused(clients, urls) as limited,
         LockManager(limited) as busy,
@@ -1207,7 +1209,7 @@ async def test_a_head_holding_back_that_a_release_of_ours_hands_the_lock_sends_n
     # (the lock was still the releaser's), and its clean-up, sent after the handoff on
     # the nodes that had not answered yet, deleted the key the handoff had set there:
     # the head took the handoff's outcome and held a lock kept on one node of five.
-    monkeypatch.setattr(aiolock._queue, "GAVE_WAY_POLL", 3.0)  # the window, made wide
+    monkeypatch.setattr(aiolock._waiting.queue, "GAVE_WAY_POLL", 3.0)  # the window, made wide
     async with (
         _pubsub_refused(clients, urls),
         nemesis(urls) as net,
@@ -1218,10 +1220,10 @@ async def test_a_head_holding_back_that_a_release_of_ours_hands_the_lock_sends_n
         head = ours.lock(name, ttl=30, auto_renew=False)
         head_waits = asyncio.create_task(head.acquire(timeout=20))
         await in_line(clients, name, 1)
-        monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", 0)
+        monkeypatch.setattr(aiolock._waiting.waiting, "LOCAL_STREAK", 0)
         await first.release()  # gives way (to nobody): the head holds back from its poll
-        monkeypatch.setattr(aiolock._waiting, "LOCAL_STREAK", LOCAL_STREAK)
-        await asyncio.sleep(3 * aiolock._queue.POLL_INTERVAL)
+        monkeypatch.setattr(aiolock._waiting.waiting, "LOCAL_STREAK", LOCAL_STREAK)
+        await asyncio.sleep(3 * aiolock._waiting.queue.POLL_INTERVAL)
         assert not head_waits.done()
         second = ours.lock(name, ttl=30, auto_renew=False)
         assert await second.acquire(timeout=0)  # (timeout=0 tries at once)
@@ -1254,8 +1256,8 @@ async def test_a_process_whose_pubsub_connections_drop_joins_the_line_again_at_o
     # next refresh (0.5 s), it let the holder's process hand the lock to its own
     # waiters 15 times in a row. A process that loses a pub/sub connection now joins
     # again at its place at once (what it missed may have taken it out).
-    monkeypatch.setattr(aiolock._turns, "REFRESH", 30.0)  # no refresh during the test
-    monkeypatch.setattr(aiolock._turns, "ENTRY_TTL", 60.0)
+    monkeypatch.setattr(aiolock._waiting.turns, "REFRESH", 30.0)  # no refresh during the test
+    monkeypatch.setattr(aiolock._waiting.turns, "ENTRY_TTL", 60.0)
     async with LockManager(urls) as busy, LockManager(urls) as other:
         holder = busy.lock(name, ttl=30, auto_renew=False)
         assert await holder.acquire(timeout=0)
@@ -1286,8 +1288,8 @@ async def test_a_process_whose_pubsub_connections_drop_offers_tentatively_until_
     # a row. Its subscriptions are asked for again on the new connections: until each
     # node confirms, its offer is tentative (an unheard grant keeps it in line), and
     # the confirmations wake its head (a release may have gone unheard meanwhile).
-    monkeypatch.setattr(aiolock._turns, "REFRESH", 30.0)  # no refresh during the test
-    monkeypatch.setattr(aiolock._turns, "ENTRY_TTL", 60.0)
+    monkeypatch.setattr(aiolock._waiting.turns, "REFRESH", 30.0)  # no refresh during the test
+    monkeypatch.setattr(aiolock._waiting.turns, "ENTRY_TTL", 60.0)
     turns = key(name) + ":turns"
     async with (
         nemesis(urls) as net,

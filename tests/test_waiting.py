@@ -17,8 +17,8 @@ import pytest
 import redis.asyncio as redis
 
 from aiolock import Lock, LockLost, LockManager, LockNotOwned, _lua
-from aiolock._pubsub import Subscriber
-from aiolock._waiting import Outcome, Taker
+from aiolock._io.pubsub import Subscriber
+from aiolock._waiting.waiting import Outcome, Taker
 from aiolock.testing import Server, Servers, command, nemesis, script
 
 from .conftest import TurnScripts, count_attempts, elsewhere, key, scripts_run, settled_keys

@@ -7,7 +7,7 @@ leave it at once, and print one JSON line per critical section: ``[entered, left
 pid]`` on the system-wide monotonic clock. Prints ``waiting`` (and flushes) once every
 task has made its first try. Restart quarantine off: the servers are the test's own.
 With ``AIOLOCK_TEST_NO_OFFERS=1`` the process leaves no offer with its entry in line:
-releases name it instead of granting it the lock (see aiolock/_grants.py).
+releases name it instead of granting it the lock (see aiolock/_waiting/grants.py).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ import os
 import sys
 import time
 
-import aiolock._turns
+import aiolock._waiting.turns
 from aiolock import LockManager
 
 if os.environ.get("AIOLOCK_TEST_NO_OFFERS") == "1":
-    aiolock._turns.Turns.offer = lambda _self, _key, _taker, **_: ()  # type: ignore[method-assign]
+    aiolock._waiting.turns.Turns.offer = lambda _self, _key, _taker, **_: ()  # type: ignore[method-assign]
 
 
 async def main(name: str, tasks: int, urls: list[str]) -> None:

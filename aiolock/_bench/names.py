@@ -2,7 +2,7 @@
 
 A busy service takes a lock per request, each of its own name: here 100 tasks run
 acquire + release cycles on 100 names of 5 nodes, with no contention. This is where a
-node's writes are coalesced (see ``_node.py``). :func:`many_names` uses the public API
+node's writes are coalesced (see ``_io/node.py``). :func:`many_names` uses the public API
 only, so that ``bench --baseline`` runs this very function with the other aiolock too
 (baseline.py puts its source after ``from aiolock import LockManager``).
 """

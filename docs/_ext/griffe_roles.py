@@ -3,7 +3,7 @@
 The docstrings say ``:class:`~aiolock.Lock``` and ``:meth:`LockManager.attach```
 (readable in an editor and in ``help()``); mkdocstrings renders Markdown. A role that
 names a public object becomes a cross-reference (checked by ``mkdocs build --strict``);
-one that names a private one (``aiolock._waiting.Taker``) becomes code.
+one that names a private one (``aiolock._waiting.waiting.Taker``) becomes code.
 """
 
 from __future__ import annotations

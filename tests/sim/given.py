@@ -35,11 +35,11 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from aiolock._keys import RELEASED_SUFFIX, grant_channel
+from aiolock._core.keys import RELEASED_SUFFIX, grant_channel
 from aiolock._lua import ACQUIRE_SCRIPT, PASS_ON_SCRIPT, RELEASE_TURN_SCRIPT
-from aiolock._queue import GAVE_WAY_POLL, POLL_INTERVAL
-from aiolock._turns import FALLBACK
-from aiolock._waiting import EXPIRY_SLACK, UNKNOWN_HOLDER_WAIT
+from aiolock._waiting.queue import GAVE_WAY_POLL, POLL_INTERVAL
+from aiolock._waiting.turns import FALLBACK
+from aiolock._waiting.waiting import EXPIRY_SLACK, UNKNOWN_HOLDER_WAIT
 
 from .sleeps import name_of
 
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 SLOWEST = 1.01
 #: Leeway for the instants compared (a command takes under a millisecond here).
 EPSILON = 0.002
-#: The library's drift allowance on a validity (1 % and 2 ms: aiolock._quorum).
+#: The library's drift allowance on a validity (1 % and 2 ms: aiolock._quorum.quorum).
 DRIFT_ALLOWANCE = 0.01
 SHAS = (ACQUIRE_SCRIPT.sha, RELEASE_TURN_SCRIPT.sha, PASS_ON_SCRIPT.sha)
 _RELEASED = RELEASED_SUFFIX

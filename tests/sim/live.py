@@ -39,12 +39,12 @@ forgot is never taken: see Recorder.watch_orphans).
   the holding was young (see lost_needlessly); and (from world.LAG_FROM) in runs
   focused on lag, whose only faults are a steady latency on every link, a round trip
   longer than node_timeout but well within the renewal's budget (run.lagging): a
-  renewal waits for its replies up to a sixth of the ttl (aiolock/_renewal.py:
+  renewal waits for its replies up to a sixth of the ttl (aiolock/_quorum/renewal.py:
   "Renewal is not latency-bound"); and (from world.STEP_STALL_FROM) in runs focused
   on short blocks, whose only faults are stalls within steps, each longer than
   node_timeout and shorter than a third of the ttl, far apart (run.blocking): every
   node answers at once, its reply waits to be read, and a fan-out's timer counts
-  from its writes (aiolock/_votes.py, WriteTimer), so no operation fails a quorum;
+  from its writes (aiolock/_core/votes.py, WriteTimer), so no operation fails a quorum;
   but an ``extend()`` to a ttl shorter than a block that struck while it was out,
   whose replies are read after the validity they gave ran out (it fails, and says so:
   counted as "extend_outlasted"; seed 70369244179214).
@@ -433,7 +433,7 @@ def writers_first(
 ) -> list[str]:
     """The "writers first" rule, over a run without faults: a waiting writer keeps new
     readers out until the current ones are done (docs/guide/primitives.md, "writers
-    are not starved"; aiolock/_rwlock.py: a writer that finds readers leaves an intent
+    are not starved"; aiolock/_handles/rwlock.py: a writer that finds readers leaves an intent
     on the nodes, which new readers respect).
 
     No reader whose acquire began :data:`INTENT_AFTER` or more after a writer began to
@@ -448,7 +448,7 @@ def writers_first(
     race lasts :data:`LATE_RACE` (seed 35184472094183: a new reader took the lock
     twice, 45 and 50 ms after a writer's release, before the waiting writer tried);
     so too where pub/sub is refused, where every waiter polls, a writer every 0.1 s
-    and 10 % (aiolock/_queue.py, ``POLL_INTERVAL``; seed 1125899915848300: a reader
+    and 10 % (aiolock/_waiting/queue.py, ``POLL_INTERVAL``; seed 1125899915848300: a reader
     took the lock 57 ms after a writer's release, the waiting writer 0.18 s after it).
     """
     race = LATE_RACE if late else RACE

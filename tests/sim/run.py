@@ -20,8 +20,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 from unittest import mock
 
-import aiolock._handoff
-import aiolock._waiting
+import aiolock._waiting.handoff
+import aiolock._waiting.waiting
 from aiolock import LockManager
 
 from .check import (
@@ -102,8 +102,8 @@ SKEWS = (0.0, 0.001, 0.05, 2.0, 60.0)
 #: 4,096 offers) a run of a few seconds never forgets, so the argument would go
 #: untested (issue 31's second break needed 1,024 handoffs before a late grant).
 MEMORIES = {
-    "aiolock._grants._TAKEN_KEPT": (1, 2, 8),
-    "aiolock._turns._OFFERS_KEPT": (1, 2, 8),
+    "aiolock._waiting.grants._TAKEN_KEPT": (1, 2, 8),
+    "aiolock._waiting.turns._OFFERS_KEPT": (1, 2, 8),
 }
 
 
@@ -122,7 +122,7 @@ def make_memories(seed: int, faults: list[Fault]) -> dict[str, int]:
 
 #: Where the renewal's batches are split (see world.CHUNKS_FROM), and the sizes a
 #: schedule may give it.
-CHUNKS = ("aiolock._batch.BATCH_LIMIT", (1, 2, 3))
+CHUNKS = ("aiolock._core.batch.BATCH_LIMIT", (1, 2, 3))
 
 
 def make_chunks(seed: int) -> dict[str, int]:
@@ -653,7 +653,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
     for i, fault in enumerate(faults):
         world.trace(f"planned #{i} {fault}")
     logged = Logged(world)
-    give_back = aiolock._handoff.give_back
+    give_back = aiolock._waiting.handoff.give_back
 
     def given_back(quorum: Any, key: bytes, token: bytes, **kwargs: Any) -> None:
         rec.live.given_back(name_of(key))
@@ -663,10 +663,10 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         rec.live.given_back(name_of(key))
 
     world.on_undone = undone
-    wait_in_queue = aiolock._waiting.Waiting.acquire
+    wait_in_queue = aiolock._waiting.waiting.Waiting.acquire
     wake_ups = WakeUps(world)
-    release_in_queue = aiolock._waiting.Waiting.released
-    see_line = aiolock._waiting.Waiting.line_seen
+    release_in_queue = aiolock._waiting.waiting.Waiting.released
+    see_line = aiolock._waiting.waiting.Waiting.line_seen
 
     def released(self: Any, key: bytes, **kwargs: Any) -> Any:
         """Waiting.released, its decision noted (lone.py)."""
@@ -700,10 +700,10 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         memories(sizes),
         memories(chunks),
         logged.attached(),
-        mock.patch("aiolock._grants.give_back", given_back),
-        mock.patch.object(aiolock._waiting.Waiting, "acquire", queued),
-        mock.patch.object(aiolock._waiting.Waiting, "released", released),
-        mock.patch.object(aiolock._waiting.Waiting, "line_seen", line_seen),
+        mock.patch("aiolock._waiting.grants.give_back", given_back),
+        mock.patch.object(aiolock._waiting.waiting.Waiting, "acquire", queued),
+        mock.patch.object(aiolock._waiting.waiting.Waiting, "released", released),
+        mock.patch.object(aiolock._waiting.waiting.Waiting, "line_seen", line_seen),
     ):
         try:
             with asyncio.Runner(loop_factory=lambda: world.loop) as runner:

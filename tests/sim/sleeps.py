@@ -31,7 +31,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from aiolock._lua import ACQUIRE_SCRIPT
-from aiolock._waiting import EXPIRY_SLACK, UNKNOWN_HOLDER_WAIT
+from aiolock._waiting.waiting import EXPIRY_SLACK, UNKNOWN_HOLDER_WAIT
 
 if TYPE_CHECKING:
     from .live import Liveness

@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING
 
 import hiredis
 
-from aiolock._keys import RELEASED_SUFFIX, grant_channel, release_channel, turn_keys
+from aiolock._core.keys import RELEASED_SUFFIX, grant_channel, release_channel, turn_keys
 from aiolock._lua import ACQUIRE_SCRIPT, NOT_FREE, SHORTENED, TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
 
 from .server import ZSet
@@ -74,7 +74,7 @@ ANNOUNCED_WITHIN = 0.01
 #: or after the turn queue's fallback (0.5 s and 10 % of jitter) where a release of its
 #: process gave way since (Queue.missed_release).
 WOKEN_WITHIN = 0.6
-# The suffixes of a lock's keys and channels (aiolock._keys), to read the lock back.
+# The suffixes of a lock's keys and channels (aiolock._core.keys), to read the lock back.
 _TURNS, _, _OFFERS = turn_keys(b"")
 _RELEASED = RELEASED_SUFFIX
 _GRANTS = grant_channel(b"", b"")
@@ -93,7 +93,7 @@ class Subscriptions:
         self.confirmed: dict[Link, dict[bytes, float]] = {}
         #: (link, channel) -> the client's (un)subscriptions there whose reply has not
         #: reached it: the node answers them in order, and only the last one's reply
-        #: confirms (as for the library: aiolock._pubsub.Subscriber._answered).
+        #: confirms (as for the library: aiolock._io.pubsub.Subscriber._answered).
         self.owed: dict[tuple[Link, bytes], int] = {}
         self._readers: dict[Link, hiredis.Reader] = {}
         #: member -> the process whose entries carry it.

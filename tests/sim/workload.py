@@ -659,7 +659,7 @@ class Recorder:
 
     def backs(self, h: Holding) -> None:
         """The backed rule, at a lock holding's first step: a quorum of nodes' counters
-        are at least its token (``aiolock/_fencing.py``: before a token is handed out,
+        are at least its token (``aiolock/_core/fencing.py``: before a token is handed out,
         the counters of a majority must be at least it; a lease's is within a reserve
         that a quorum's counters reached). A node that lost its data since the acquire
         began counts as backing it (the fencing rule's exception covers what follows).
@@ -734,7 +734,7 @@ class Recorder:
         70369044186868: sent 0.36 s before the validity ended, read after a 1.2-s
         stall, within a step, that began as it went out). Left alone, noted
         in docs/project/testing.md; the renewal's confirmation, read late, does not
-        (see aiolock/_renewal.py, ``validity_changed``)."""
+        (see aiolock/_quorum/renewal.py, ``validity_changed``)."""
         if now - h.extended_at > EXTENDING and not h.extending:
             h.ran_dry = (lock, hold)
 

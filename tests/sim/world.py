@@ -44,6 +44,7 @@ from typing import Any
 
 import hiredis
 
+from aiolock._io.node import MIN_STALL_TIMEOUT
 from aiolock._lua import (
     EXTEND_MANY_SCRIPT,
     RELEASE_EITHER_SCRIPT,
@@ -53,7 +54,6 @@ from aiolock._lua import (
     TURN_JOIN_SCRIPT,
     TURN_LEAVE_SCRIPT,
 )
-from aiolock._node import MIN_STALL_TIMEOUT
 
 from .given import SHAS as GIVEN_SHAS
 from .given import GivenTurns
@@ -143,14 +143,14 @@ TIGHT_FROM = 2**43
 SUBSCRIBE_LATE_FROM = 2**44
 #: Seeds from here on renew in small chunks in half their runs (``run.make_chunks``,
 #: from a stream of their own): the renewal's batches of at most 1, 2 or 3 locks
-#: (``aiolock._batch.BATCH_LIMIT``, 1,000 for real), so that a batch of a few locks
+#: (``aiolock._core.batch.BATCH_LIMIT``, 1,000 for real), so that a batch of a few locks
 #: goes as several script calls, one after the other on each node's ordered
 #: connection, as a batch of thousands does. At the real size no run here ever had
 #: more than one, and the "one chunk" rule (:meth:`Link.from_client`) read nothing.
 CHUNKS_FROM = 2**45
 #: Seeds from here on give the managers, in a sixth of their runs (``run.Models``, from
 #: a stream of their own), each node as a **Redis Cluster** of one master serving every
-#: slot (a ``RedisCluster`` client): ``aiolock._cluster.ClusterNode`` reads the slot map
+#: slot (a ``RedisCluster`` client): ``aiolock._io.cluster.ClusterNode`` reads the slot map
 #: (``CLUSTER SLOTS``), releases are announced with ``SPUBLISH`` and waiters listen with
 #: ``SSUBSCRIBE``, renewal batches are split by slot, and no process takes turns (none
 #: do on a cluster). Without restarts and failovers in those runs: a cluster is not
@@ -170,7 +170,7 @@ CLUSTER_FROM = 2**46
 #: after every timer it had outlasted: a node timed out that had answered at once).
 STEP_STALL_FROM = 2**46
 #: From here on a client's transport has a socket the library can poll
-#: (``aiolock._connection.unread``, through :class:`SimPoll`): what came while the
+#: (``aiolock._io.protocol.unread``, through :class:`SimPoll`): what came while the
 #: clients' loop was blocked waits in it, replies or the connection's end, as in a real
 #: socket. The stall watchdog (``Node._send``) then sees that a node answered. (Before,
 #: there was no socket: after a stall of a second or more, every connection with a
@@ -221,7 +221,7 @@ FINAL_FROM = 2**51
 #: "free" it announces) reaches each subscriber late by a draw of its own
 #: (:meth:`World.split_hold`). So a grant lands on some nodes while the head's own
 #: attempt runs on the others, and is heard after its clean-up there: the order that a
-#: head's undone grants (``aiolock._grants``, issue 32) need, which faults drawn at
+#: head's undone grants (``aiolock._waiting.grants``, issue 32) need, which faults drawn at
 #: random times seldom lined up (twentieth session).
 SPLIT_FROM = 2**52
 #: Seeds from here on draw one more focus (``workload.FOCI_LONE``): ``lone``, one name
@@ -240,14 +240,14 @@ LONE_FROM = 2**53
 #: others grants the head's offer as it comes back, after the head took the lock
 #: through the others, and runs the renewals and extend()s sent meanwhile; the next
 #: pause takes one of the others away while the holder counts on it, and the grant's
-#: message comes last. ``aiolock._grants`` must leave such a grant alone (issue 31's
+#: message comes last. ``aiolock._waiting.grants`` must leave such a grant alone (issue 31's
 #: second break), which the search from 2**53 no longer reached in 5 minutes: its
 #: unfocused half, diluted by the ranges above it, needed 3,299 of its own schedules
 #: (twenty-first session; docs/project/testing.md). The search starts here.
 GRANTS_FROM = 2**54
 #: The simulated sockets' file descriptors start here (far above any real one).
 SOCKET_FDS = 1 << 24
-#: The stall watchdog's time in the runs (``aiolock._node``: 20 x node_timeout is less):
+#: The stall watchdog's time in the runs (``aiolock._io.node``: 20 x node_timeout is less):
 #: a connection whose oldest request waited longer, with nothing to read, is reset as the
 #: next request is sent. From SOCKETS_FROM on, a connection may go silent (a "silent"
 #: fault: a half-open connection, whose node's end is gone without a word, or a
@@ -894,7 +894,7 @@ class SimNode:
             and self.world.on_undone is not None
         ):
             # A grant deleted by a release of its own token that is no holder's: the
-            # head's failed attempt's clean-up (aiolock._grants: its grants there no
+            # head's failed attempt's clean-up (aiolock._waiting.grants: its grants there no
             # longer count). A race follows, as after a give-back (see run.py).
             self.world.on_undone(command[3])
         if sha == RELEASE_TURN_SCRIPT.sha and self.world.at_release:
@@ -919,7 +919,7 @@ class SimNode:
                     f"token {left!r} after a failed pass-on's clean-up at {self.world.now:.6f}"
                 )
         if sha is not None and isinstance(reply, Error) and reply.message.startswith("NOSCRIPT"):
-            # "Scripts run in order" (aiolock._node.Node.call_script): a script is loaded
+            # "Scripts run in order" (aiolock._io.node.Node.call_script): a script is loaded
             # on a connection before its first EVALSHA there, on the same ordered
             # connection; answered NOSCRIPT, its EVAL retry would run after whatever was
             # written behind it. Nothing flushes a node's scripts but a restart, which

@@ -1,0 +1,1 @@
+"""Pure logic, no I/O: votes and their arithmetic, holds, fencing, keys, errors, events."""

@@ -1,0 +1,202 @@
+"""One acquisition of one key: its token, fencing token and validity. No I/O.
+
+A :class:`Hold` is made when an acquire wins and lives until the handle releases or
+drops it. The handle, ``extend()`` and the renewal all change its validity through
+:meth:`Hold.begin_extension` / :meth:`Hold.end_extension`, so the rule for
+overlapping extensions is in one place (httpcore's pool has the same split: state
+decided here, without I/O; the I/O in the callers).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Protocol
+
+from .errors import LockLost
+
+__all__ = ["Extension", "Hold", "Renewing", "Watcher"]
+
+
+class Watcher(Protocol):
+    """What a hold needs of its renewal (``_renewal.Renewal``)."""
+
+    @property
+    def active(self) -> bool: ...
+
+    @property
+    def lost(self) -> LockLost | None: ...
+
+    def validity_changed(self, ttl: float) -> None: ...
+
+    def validity_lowered(self, ttl: float) -> None: ...
+
+
+class Extension:
+    """One extension of a hold's validity in flight (an ``extend()`` or a renewal)."""
+
+    __slots__ = ("overlapped", "settled")
+
+    def __init__(self) -> None:
+        #: Another extension of the same hold was in flight at the same time.
+        self.overlapped = False
+        self.settled = False
+
+
+class Renewing(Protocol):
+    """A held lock's background renewal, as its handle sees it (the engine makes it)."""
+
+    @property
+    def lost(self) -> LockLost | None:
+        """Why the lock was lost, once the renewal gave up; else ``None``."""
+
+    async def wait_lost(self) -> LockLost:
+        """Until the renewal gives up: the ``LockLost`` that says why."""
+
+    def on_lost(self, callback: Callable[[], object]) -> None:
+        """Call ``callback`` once when the renewal gives up (at once if it has)."""
+
+    def declare_lost(self, reason: str, cause: BaseException | None) -> None:
+        """Give up: the lock is known lost (an extend() found it gone, say)."""
+
+    def stop(self) -> None:
+        """Stop renewing (released, detached)."""
+
+
+class Hold:
+    """The state of one held key, shared by its handle and its renewal."""
+
+    __slots__ = (
+        "acquired_at",
+        "ended",
+        "expires_at",
+        "extensions",
+        "fence",
+        "key",
+        "longest",
+        "max_hold",
+        "name",
+        "renewal",
+        "repairable",
+        "reserve",
+        "token",
+        "ttl",
+        "valid_from",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        key: bytes,
+        token: bytes,
+        *,
+        ttl: float,
+        fence: int | None,
+        valid_from: float,
+        expires_at: float,
+        acquired_at: float,
+        max_hold: float | None = None,
+        repairable: bool = True,
+    ) -> None:
+        self.name = name
+        self.key = key
+        self.token = token
+        #: The ttl of each renewal.
+        self.ttl = ttl
+        #: The longest ttl any command of this hold carried (its acquire, renewals and
+        #: extensions): one may land late and keep the key that long from then.
+        self.longest = ttl
+        self.fence = fence
+        #: The greatest fencing token reserved on a quorum for this key's holders of
+        #: this process (see ``_lease.lease``): tokens above ``fence`` up to it may be
+        #: handed out without asking the nodes.
+        self.reserve = fence
+        #: When the request that set the current validity was sent (monotonic).
+        self.valid_from = valid_from
+        #: When the validity ends (monotonic): ``valid_from + ttl - drift``.
+        self.expires_at = expires_at
+        self.acquired_at = acquired_at
+        self.max_hold = max_hold
+        #: Whether the renewal may re-create the key where a node lost it (a plain key
+        #: and counter; a reader of a read-write lock is also a member of a set: not).
+        self.repairable = repairable
+        #: Released or dropped: no extension settles on it any more.
+        self.ended = False
+        self.extensions: list[Extension] = []
+        self.renewal: Watcher | None = None
+
+    @property
+    def lost(self) -> LockLost | None:
+        """Why the renewal gave the key up, if it did."""
+        renewal = self.renewal
+        return renewal.lost if renewal is not None else None
+
+    def remaining(self, now: float) -> float:
+        """Seconds of validity left at ``now``; ``0.0`` once ended or lost."""
+        if self.ended or self.lost is not None:
+            return 0.0
+        left = self.expires_at - now
+        return left if left > 0.0 else 0.0
+
+    def deadline(self, now: float) -> float:
+        """When ``max_hold`` ends, counted from ``now``; infinity without one."""
+        return math.inf if self.max_hold is None else now + self.max_hold
+
+    def begin_extension(self, expires_at: float = math.inf, ttl: float = 0.0) -> Extension:
+        """Note an extension by ``ttl`` going out, whose validity would end at ``expires_at``.
+
+        A shorter one lowers the validity at once, before any node applied it (issue
+        31): at every moment, the validity is at most what the nodes keep once every
+        command of ours in flight has landed, whenever that is. (Waiting for the outcome
+        was safe too, since a key cannot expire before the outcome is decided, but
+        left the holder believing more than the nodes kept meanwhile.) See
+        :meth:`end_extension`.
+        """
+        self.longest = max(self.longest, ttl)
+        if expires_at < self.expires_at and not self.ended:
+            self.expires_at = expires_at
+            renewal = self.renewal
+            if renewal is not None and renewal.active:
+                renewal.validity_lowered(ttl)
+        extension = Extension()
+        if self.extensions:
+            extension.overlapped = True
+            for other in self.extensions:
+                other.overlapped = True
+        self.extensions.append(extension)
+        return extension
+
+    def end_extension(
+        self,
+        extension: Extension,
+        start: float,
+        expires_at: float,
+        ttl: float,
+        *,
+        won: bool = False,
+    ) -> None:
+        """Make the validity follow an extension by ``ttl`` sent at ``start``.
+
+        ``expires_at`` is ``start + ttl`` less drift. Each node that applied the
+        extension holds the key until at least ``start + ttl``; the others keep the
+        expiry they had. So the validity becomes ``expires_at`` only when a quorum
+        confirmed it and no other extension of this hold was in flight meanwhile
+        (then the nodes may have applied them in either order); otherwise it becomes
+        the earlier of the two. That also holds when the caller of ``extend()`` was
+        cancelled, when the ttl is shorter than the one before, and when the outcome
+        is unknown. The renewal schedule follows.
+        """
+        if extension.settled:
+            return
+        extension.settled = True
+        self.extensions.remove(extension)
+        if self.ended:
+            return  # released (or dropped) meanwhile
+        # (Equal: a shorter one lowered the validity when sent; the schedule follows now.)
+        if (not won or extension.overlapped) and expires_at > self.expires_at:
+            return  # unconfirmed or raced: keep the earlier
+        self.expires_at = expires_at
+        self.valid_from = start
+        renewal = self.renewal
+        if renewal is not None and renewal.active:
+            renewal.validity_changed(ttl)

@@ -1,0 +1,1 @@
+"""The public handles (Lock, Semaphore, LockMany, ReadLock/WriteLock): no Lua, no nodes."""

@@ -1,0 +1,1 @@
+"""Talking to the nodes: pipelined connections, pub/sub, clusters, and the one redis-py seam."""

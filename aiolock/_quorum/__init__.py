@@ -1,0 +1,1 @@
+"""The fan-out to every node, and the renewal of held locks."""

@@ -1,0 +1,400 @@
+"""The fan-out engine: one request to every node at once, decided by quorum.
+
+Rules (each one is a bug somewhere in a peer library):
+
+* every node is asked at once, and each request is bounded by ``node_timeout``;
+* the outcome is returned as soon as it is decided, a quorum won or a quorum no
+  longer possible, without waiting for slow or hung nodes;
+* validity is ``ttl - elapsed - (ttl * drift_factor + 2 ms)``, with ``elapsed``
+  measured on a monotonic clock from just before the first request of the attempt;
+* a failed acquire releases on every node that may have taken the key (all but
+  those that said "held by someone else"), and waits for that clean-up, shielded
+  from cancellation, before returning;
+* "held by someone else" (a *no*) and "node failing" (an error or a timeout) are
+  counted apart, so that callers can tell contention from an outage.
+
+No retry policy and no waiting live here: that is the lock's business.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import anyio
+
+from .._core.batch import BatchVotes, batch_chunks, chunk_args
+from .._core.calls import Callback, ignore
+from .._core.fencing import fence_retention
+from .._core.keys import fence_key as fence_key_of
+from .._core.votes import (
+    Attempt,
+    Classifier,
+    NodeLike,
+    Veto,
+    Votes,
+    WriteTimer,
+    drift,
+    is_list,
+    is_one,
+    is_taken,
+    milliseconds,
+    quorum_size,
+    wait_decided,
+)
+from .._lua import (
+    ACQUIRE_SCRIPT,
+    EXTEND_MANY_SCRIPT,
+    EXTEND_SCRIPT,
+    HANDOVER_SCRIPT,
+    NOT_FREE,
+    RAISE_FENCE_SCRIPT,
+    RELEASE_SCRIPT,
+    Script,
+)
+from .keys_asked import call_with_keys_asked
+
+__all__ = ["Cleanup", "Quorum"]
+
+#: How a failed attempt is cleaned up, when not with ``RELEASE`` (see Quorum.acquire).
+Cleanup = tuple[Script, tuple[bytes, ...], tuple[bytes, ...]]
+
+
+class Quorum:
+    """The Redlock algorithm over a fixed set of nodes."""
+
+    def __init__(
+        self,
+        nodes: Sequence[NodeLike],
+        *,
+        node_timeout: float,
+        drift_factor: float,
+        clock: Callable[[], float],
+        wall_clock: Callable[[], float] | None = None,
+    ) -> None:
+        self.nodes = tuple(nodes)
+        self.names = tuple(node.name for node in self.nodes)
+        #: Seconds since the epoch, for fencing floors (see _core/fencing.py); read at init.
+        self.wall_clock = time.time if wall_clock is None else wall_clock
+        self.n = len(self.nodes)
+        self.quorum = quorum_size(self.n)
+        self.node_timeout = node_timeout
+        self.drift_factor = drift_factor
+        self.clock = clock
+        #: Consulted for each yes to an acquire (see :data:`Veto`); None: none.
+        self.veto: Veto | None = None
+
+    def expiry(self, start: float, ttl: float) -> float:
+        """When a key set for ``ttl`` by requests sent at ``start`` stops being valid.
+
+        Each node that applied the request keeps the key until at least ``start +
+        ttl`` by its own clock; ours may run faster by the drift allowance.
+        """
+        return start + ttl - drift(ttl, self.drift_factor)
+
+    def _start(
+        self,
+        send: Callable[[NodeLike, Callback], None],
+        classify: Classifier,
+        *,
+        early: bool,
+        only: Sequence[int] | None = None,
+        others: Any = None,
+        veto: Veto | None = None,
+    ) -> tuple[Votes, asyncio.Future[None], WriteTimer]:
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        votes = Votes(self.n, self.quorum, classify, waiter, early=early, veto=veto)
+        indices = range(self.n) if only is None else only
+        if only is not None:
+            # Nodes left out are not asked: they count as if they had replied
+            # ``others`` (a "no" by default).
+            for i in range(self.n):
+                if i not in only:
+                    votes.record(i, others)
+        timer = WriteTimer(self.node_timeout, votes.expire, self.node_timeout, self.names)
+        record = votes.record
+        for i in indices:
+            send(self.nodes[i], functools.partial(record, i))
+        return votes, waiter, timer
+
+    async def _run(
+        self,
+        send: Callable[[NodeLike, Callback], None],
+        classify: Classifier,
+        *,
+        early: bool = True,
+        shielded: bool = False,
+        only: Sequence[int] | None = None,
+        others: Any = None,
+        then: Callable[[Votes], None] | None = None,
+        veto: Veto | None = None,
+    ) -> Votes:
+        votes, waiter, timer = self._start(
+            send, classify, early=early, only=only, others=others, veto=veto
+        )
+        try:
+            if shielded:
+                await wait_decided(votes)
+            else:
+                await waiter
+        finally:
+            timer.cancel()
+            if not votes.waiter.done():
+                votes.waiter.cancel()
+            if then is not None:
+                # Also when the caller was cancelled meanwhile (shielded: the votes
+                # are decided by now): the caller's state must follow the nodes'.
+                then(votes)
+        return votes
+
+    # -- operations ---------------------------------------------------------------
+
+    async def acquire(
+        self,
+        key: bytes,
+        token: bytes,
+        ttl: float,
+        *,
+        script: Script = ACQUIRE_SCRIPT,
+        fence_key: bytes | None = None,
+        more_keys: tuple[bytes, ...] = (),
+        more_args: tuple[bytes, ...] = (),
+        keys_asked: Callable[[Any], tuple[bytes, ...] | None] | None = None,
+        cleanup: Cleanup | None = None,
+    ) -> Attempt:
+        """One acquire attempt: ``SET key token NX PX ttl`` (in a script) on every node.
+
+        A won attempt also gets a fencing token (see ``_core/fencing.py``). On failure
+        (or cancellation) the key is released again on every node that may hold it,
+        and the clean-up is waited for before returning (or raising).
+
+        ``script`` (with ``more_keys`` and ``more_args`` after the usual ones) may
+        replace the plain acquire: the read-write lock's take other keys into account.
+        A script declares every key it touches (strict proxies and DragonflyDB refuse
+        others): when it needs keys that only the node knows, it says which, and
+        ``keys_asked`` reads them from its reply; the request is then sent again to
+        that node with those keys appended (at most ``MAX_KEY_ROUNDS`` times, see
+        ``_connection``; then the node counts as "held", holder's ttl unknown).
+        ``cleanup``: how the clean-up releases, when not with ``RELEASE``: the script,
+        its keys after ``key``, its arguments after the token (the message last).
+        """
+        fence_key = fence_key_of(key) if fence_key is None else fence_key
+        retention = b"%d" % milliseconds(fence_retention(ttl))
+        # The same floor for every node: in the usual case each returns exactly it.
+        floor = b"%d" % int(self.wall_clock() * 1_000_000)
+        args = (
+            b"%d" % (2 + len(more_keys)),
+            key,
+            fence_key,
+            *more_keys,
+            token,
+            b"%d" % milliseconds(ttl),
+            retention,
+            floor,
+            *more_args,
+        )
+
+        def send(node: NodeLike, callback: Callback) -> None:
+            if keys_asked is None:
+                node.call_script(script, args, callback)
+            else:
+                call_with_keys_asked(node, script, args, keys_asked, callback)
+
+        start = self.clock()
+        try:
+            # A node in its restart quarantine is still asked (its state catches up),
+            # but its yes does not count.
+            votes = await self._run(send, is_taken, veto=self.veto)
+            fence = None
+            if votes.won:
+                fence = await self._settle_fence(votes, fence_key, retention)
+        except BaseException:
+            # Cancelled with requests in flight: any node may have taken the key.
+            with anyio.CancelScope(shield=True):
+                await self._clean_up(key, token, cleanup, None, ())
+            raise
+        if fence is not None:
+            expires_at = self.expiry(start, ttl)
+            if expires_at > self.clock():
+                return Attempt(votes, expires_at, fence, start)
+        maybe_taken = [i for i in range(self.n) if votes.verdicts[i] is not False]
+        cleaned: tuple[int, ...] = ()
+        if maybe_taken:
+            # The clean-up frees nothing for others when one holder has a quorum (we
+            # lost a race): its message says so, and their waiters do not try. After
+            # a split vote it must wake them: nobody holds the lock.
+            message = (NOT_FREE,) if votes.one_holder() else ()
+            cleaned = await self._clean_up(key, token, cleanup, maybe_taken, message)
+        return Attempt(votes, None, cleaned=cleaned)
+
+    async def _clean_up(
+        self,
+        key: bytes,
+        token: bytes,
+        cleanup: Cleanup | None,
+        only: list[int] | None,
+        message: tuple[bytes, ...],
+    ) -> tuple[int, ...]:
+        """Release ``token`` again; the nodes where it deleted it, or may have."""
+        script, keys, args = cleanup or (RELEASE_SCRIPT, (), ())
+        released = await self.release(
+            key, token, wait_all=True, only=only, script=script, more_keys=keys,
+            more_args=(*args, *message),
+        )  # fmt: skip
+        asked = range(self.n) if only is None else only
+        return tuple(i for i in asked if released.verdicts[i] is not False)
+
+    async def _settle_fence(self, votes: Votes, fence_key: bytes, retention: bytes) -> int | None:
+        """A won attempt's fencing token, once a majority of counters has it (None: late)."""
+        replies = votes.replies
+        verdicts = votes.verdicts
+        fences = [replies[i][1] for i in range(self.n) if verdicts[i]]
+        fence: int = max(fences)
+        at_fence = sum(1 for f in fences if f >= fence)
+        # Usually every node that granted the lock returned the same value (the
+        # floor we sent): their counters already hold the token. Nodes that granted
+        # with a lower value, or said "held", lag behind; failed nodes and nodes
+        # still to answer are left alone (the next floor brings them up to date).
+        behind = [
+            i
+            for i in range(self.n)
+            if (verdicts[i] and replies[i][1] < fence) or verdicts[i] is False
+        ]
+        if at_fence >= self.quorum and not behind:
+            return fence
+        args = (b"1", fence_key, b"%d" % fence, retention)
+
+        def send(node: NodeLike, callback: Callback) -> None:
+            node.call_script(RAISE_FENCE_SCRIPT, args, callback)
+
+        if at_fence >= self.quorum:
+            # A majority holds the token already: bring the others up to date
+            # without waiting (the requests are in flight on ordered connections).
+            for i in behind:
+                self.nodes[i].call_script(RAISE_FENCE_SCRIPT, args, ignore)
+            return fence
+        # Too few nodes hold the token: it must be durable on a majority first.
+        # Nodes at the token count as confirmed; every other node is asked.
+        ask = [i for i in range(self.n) if not (verdicts[i] and replies[i][1] >= fence)]
+        raised = await self._run(send, is_one, only=ask, others=1)
+        return fence if raised.won else None
+
+    async def release(
+        self,
+        key: bytes,
+        token: bytes,
+        *,
+        wait_all: bool = False,
+        only: Sequence[int] | None = None,
+        script: Script = RELEASE_SCRIPT,
+        more_keys: tuple[bytes, ...] = (),
+        more_args: tuple[bytes, ...] = (),
+    ) -> Votes:
+        """Compare-and-delete on every node (or on ``only``); never cancelled midway.
+
+        Returns as soon as the outcome is decided, unless ``wait_all``: then when
+        every node answered or timed out (used for clean-up).
+        """
+        args = (b"%d" % (1 + len(more_keys)), key, *more_keys, token, *more_args)
+
+        def send(node: NodeLike, callback: Callback) -> None:
+            node.call_script(script, args, callback)
+
+        return await self._run(send, is_one, early=not wait_all, shielded=True, only=only)
+
+    async def extend(
+        self,
+        key: bytes,
+        token: bytes,
+        ttl: float,
+        *,
+        then: Callable[[Votes], None] | None = None,
+        new_token: bytes | None = None,
+    ) -> tuple[Votes, float | None]:
+        """Compare-and-PEXPIRE on every node; never cancelled midway.
+
+        Returns the votes and the new expiry time (``None`` when not extended on a
+        quorum in time). ``then(votes)`` is called once the votes are decided, also
+        when the caller is cancelled meanwhile (before the cancellation is re-raised).
+        ``new_token``: also hand the lock over to that token (see ``HANDOVER``).
+        """
+        ms = b"%d" % milliseconds(ttl)
+        script, args = (
+            (EXTEND_SCRIPT, (b"1", key, token, ms))
+            if new_token is None
+            else (HANDOVER_SCRIPT, (b"1", key, token, new_token, ms))
+        )
+
+        def send(node: NodeLike, callback: Callback) -> None:
+            node.call_script(script, args, callback)
+
+        start = self.clock()
+        votes = await self._run(send, is_one, shielded=True, then=then)
+        if votes.won:
+            expires_at = self.expiry(start, ttl)
+            if expires_at > self.clock():
+                return votes, expires_at
+        return votes, None
+
+    async def ask(self, script: Script, args: tuple[bytes, ...]) -> Votes:
+        """Run a read-only ``script`` on every node; wait for all (or ``node_timeout``).
+
+        Each node's reply (or failure) is in ``votes.replies``; a list counts as a yes.
+        """
+
+        def send(node: NodeLike, callback: Callback) -> None:
+            node.call_script(script, args, callback)
+
+        return await self._run(send, is_list, early=False)
+
+    async def extend_many(
+        self,
+        items: Sequence[tuple[bytes, bytes, float]],
+        *,
+        budget: float | None = None,
+        limit: float = math.inf,
+    ) -> BatchVotes:
+        """Extend many locks, each ``(key, token, ttl)``, with one script call per node.
+
+        Waits for every node, or ``budget`` seconds per script call (default
+        ``node_timeout``), ``limit`` at most in all (the calls go one at a time: below);
+        never cancelled midway. The caller derives each lock's outcome from the counts,
+        and its validity from when it called (the requests go before the first await).
+        """
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        chunks = batch_chunks([len(key) + len(token) for key, token, _ttl in items])
+        batch = BatchVotes(len(items), n=self.n, chunks=len(chunks), waiter=waiter)
+        if not chunks:
+            return batch
+        timeout = min((self.node_timeout if budget is None else budget) * len(chunks), limit)
+        timer = WriteTimer(timeout, batch.expire, self.nodes, chunks, timeout)
+        packed = [chunk_args(items, lo, hi) for lo, hi in chunks]
+
+        # One chunk at a time on each node: the batch shares the node's one ordered
+        # connection with acquires and releases (see _engine.py), which then wait for
+        # one chunk at most, not the whole batch. A chunk sent later is applied later:
+        # validity counted from ``start`` only errs short. (Each takes a round trip: the
+        # budget is per chunk; for the batch, later chunks failed: seed 70369244182651.)
+        def send(ni: int, node: NodeLike, k: int) -> None:
+            lo, hi = chunks[k]
+
+            def answered(reply: object) -> None:
+                batch.record(node, ni, lo, hi, reply)
+                if k + 1 < len(chunks) and not batch.decided():
+                    send(ni, node, k + 1)
+
+            node.call_script(EXTEND_MANY_SCRIPT, packed[k], answered)
+
+        for ni, node in enumerate(self.nodes):
+            send(ni, node, 0)
+        try:
+            await wait_decided(batch)
+        finally:
+            timer.cancel()
+        return batch
