@@ -49,8 +49,8 @@ from ._lua import (
 )
 from ._quorum.quorum import Quorum
 from ._quorum.renewal import Renewer
+from ._waiting import handoff
 from ._waiting.grants import Grants
-from ._waiting.handoff import can_pass_on, pass_on
 from ._waiting.lease import LEASE_RESERVE, lease
 from ._waiting.taker import Taker
 from ._waiting.turns import Turns
@@ -122,7 +122,7 @@ class Engine:
         self._grace = self.restart_grace  # kept up to date by ttl_used
         if restart_grace != 0:
             self.quorum.veto = self._quarantined
-        self.renewer = Renewer(self.renewal_quorum, emit=self.emit, let_go=self.let_go)
+        self.renewer = Renewer(self.renewal_quorum, emit=self.emit, forget=self.forget)
         #: The names each task holds through this manager (see _core/tasks.py).
         self.tasks = TaskHolds()
         #: Waiting processes take turns (see _waiting/turns.py); not on Redis Cluster, where a
@@ -154,10 +154,10 @@ class Engine:
         """The key of the lock ``name`` (the layout: _core/keys.py)."""
         return lock_key(self._prefix_bytes, name)
 
-    def let_go(self, token: bytes) -> None:
+    def forget(self, token: bytes) -> None:
         """A lock held with ``token`` is no longer held here (see _waiting/grants.py)."""
         if self.grants is not None:
-            self.grants.let_go(token)
+            self.grants.forget(token)
 
     def check_open(self) -> None:
         """Raise ``RuntimeError`` once the manager is closed."""
@@ -371,10 +371,10 @@ class Engine:
         after the release (see ``Waiting.released``).
         """
         waiting = self.waiting
-        pass_on = pass_on and waiting.waiters(key) > 0 and can_pass_on(self.quorum)
+        pass_on = pass_on and waiting.waiters(key) > 0 and handoff.can_pass_on(self.quorum)
         return waiting.released(key, pass_on=pass_on, valid=valid)
 
-    async def hand_on(self, hold: Hold, taker: Taker) -> Votes | None:
+    async def pass_on(self, hold: Hold, taker: Taker) -> Votes | None:
         """Pass the lock of ``hold`` to ``taker``, a waiter of this process.
 
         With no I/O when it may be (a lease: returns ``None``, see _waiting/lease.py),
@@ -386,13 +386,13 @@ class Engine:
         if lease(quorum, hold, taker, grants):
             return None  # the key keeps its token: its late grants too (_waiting/grants.py)
         if grants is not None:
-            grants.let_go(token)  # late grants of it are given back now
+            grants.forget(token)  # late grants of it are given back now
         behind = min(LEASE_RESERVE, waiting.waiters(key) - 1)  # tokens for leases after it
-        votes = await pass_on(quorum, key, token, taker, waiting.line(key), reserve=behind)
+        votes = await handoff.pass_on(quorum, key, token, taker, waiting.line(key), reserve=behind)
         waiting.line_seen(key, votes)
         return votes
 
-    async def take_over(
+    async def hand_over(
         self, key: bytes, old_token: bytes, ttl: float, token: bytes
     ) -> tuple[Votes, float | None]:
         """Give the detached lock held with ``old_token`` the new ``token`` on a quorum.

@@ -305,7 +305,7 @@ class LockManager:
         parsed = decode_ticket(ticket, prefix=self.prefix)
         lock = self.lock(parsed.name, ttl=parsed.ttl, auto_renew=auto_renew)
         # The manager completes the handle it has just made (a Lock of its own family).
-        await lock._adopt(parsed)  # noqa: SLF001
+        await lock._attach(parsed)  # noqa: SLF001
         return lock
 
     async def campaign(

@@ -474,8 +474,8 @@ MUTANTS = [
     Mutant(
         "a grant for a waiter that left kept",
         "grants.py",
-        "            self._drop(token)\n            give_back(self._quorum, key, token)\n",
-        "            self._drop(token)\n",
+        "            self._forget(token)\n            give_back(self._quorum, key, token)\n",
+        "            self._forget(token)\n",
         ("tests/test_grants.py",),
     ),
     Mutant(
@@ -581,14 +581,14 @@ MUTANTS = [
     Mutant(
         "a detached lock's token stays noted as held (Grants._held grows)",
         "lock.py",
-        "        self._engine.let_go(hold.token)  # held elsewhere from now on, if anywhere\n",
+        "        self._engine.forget(hold.token)  # held elsewhere from now on, if anywhere\n",
         "",
         ("tests/test_late.py::test_tokens_held_are_forgotten_when_detached_or_left_to_expire",),
     ),
     Mutant(
         "an expired lock's token stays noted as held when its handle acquires again",
         "lock.py",
-        "            self._engine.let_go(self._hold.token)\n",
+        "            self._engine.forget(self._hold.token)\n",
         "",
         ("tests/test_late.py::test_tokens_held_are_forgotten_when_detached_or_left_to_expire",),
     ),
@@ -822,7 +822,7 @@ MUTANTS = [
     Mutant(
         "a lost lock's token stays noted as held (Grants._held grows)",
         "renewal.py",
-        "        renewer.let_go(hold.token)\n",
+        "        renewer.forget(hold.token)\n",
         "",
         ("tests/test_late.py::test_a_lost_locks_token_is_forgotten_though_its_handle_is_dropped",),
     ),

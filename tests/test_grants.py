@@ -355,7 +355,7 @@ async def test_a_quorum_of_equal_grants_is_delivered_and_late_ones_follow_the_ho
     grants.heard(3, b"k", (b"t", 10.0, sent), 42, head=None, wake=lambda: None)
     assert not any(node.calls for node in quorum.nodes)
     # ...and given back on that node alone once it was let go.
-    grants.let_go(b"t")
+    grants.forget(b"t")
     grants.heard(4, b"k", (b"t", 10.0, sent), 42, head=None, wake=lambda: None)
     assert [len(node.calls) for node in quorum.nodes] == [0, 0, 0, 0, 1]
     assert quorum.nodes[4].calls[0] == (RELEASE_SCRIPT.sha, (b"1", b"k", b"t", NOT_FREE))

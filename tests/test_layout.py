@@ -264,3 +264,17 @@ def test_a_long_module_says_why_it_is_one(path: Path) -> None:
     if code_lines(source) > LONG_MODULE:
         docstring = ast.get_docstring(ast.parse(source)) or ""
         assert "One module because" in docstring, f"{path.name}: {code_lines(source)} code lines"
+
+
+def test_no_two_classes_of_the_package_share_a_name() -> None:
+    # One word per thing (CONTRIBUTING.md's glossary): a class is found by its name.
+    seen: dict[str, str] = {}
+    twice = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                where = str(path.relative_to(PACKAGE))
+                if node.name in seen:
+                    twice.append((node.name, seen[node.name], where))
+                seen.setdefault(node.name, where)
+    assert twice == []

@@ -663,14 +663,14 @@ async def test_a_named_process_that_holds_past_the_fallback_stays_in_line(
     _no_refresh_meanwhile(monkeypatch)
     # A process taken out of line joins again at once since (it is told): that it was
     # never taken out is read from what it was told, too.
-    told: list[aiolock._waiting.turns.Entry] = []
-    taken_out = aiolock._waiting.turns.Entry.taken_out
+    told: list[aiolock._waiting.turns.TurnEntry] = []
+    taken_out = aiolock._waiting.turns.TurnEntry.taken_out
 
-    def noted(entry: aiolock._waiting.turns.Entry) -> None:
+    def noted(entry: aiolock._waiting.turns.TurnEntry) -> None:
         told.append(entry)
         taken_out(entry)
 
-    monkeypatch.setattr(aiolock._waiting.turns.Entry, "taken_out", noted)
+    monkeypatch.setattr(aiolock._waiting.turns.TurnEntry, "taken_out", noted)
     async with contextlib.AsyncExitStack() as stack:
         line = await two_in_line(stack, urls, clients, name)
         named = line.first._engine.turns

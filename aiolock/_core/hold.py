@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 from typing import Protocol
 
 from .errors import LockLost
@@ -63,67 +64,41 @@ class Renewing(Protocol):
         """Stop renewing (released, detached)."""
 
 
+@dataclass(eq=False, slots=True)
 class Hold:
     """The state of one held key, shared by its handle and its renewal."""
 
-    __slots__ = (
-        "acquired_at",
-        "ended",
-        "expires_at",
-        "extensions",
-        "fence",
-        "key",
-        "longest",
-        "max_hold",
-        "name",
-        "renewal",
-        "repairable",
-        "reserve",
-        "token",
-        "ttl",
-        "valid_from",
-    )
+    name: str
+    key: bytes
+    token: bytes
+    _: KW_ONLY
+    #: The ttl of each renewal.
+    ttl: float
+    fence: int | None
+    #: When the request that set the current validity was sent (monotonic).
+    valid_from: float
+    #: When the validity ends (monotonic): ``valid_from + ttl - drift``.
+    expires_at: float
+    acquired_at: float
+    max_hold: float | None = None
+    #: Whether the renewal may re-create the key where a node lost it (a plain key
+    #: and counter; a reader of a read-write lock is also a member of a set: not).
+    repairable: bool = True
+    #: The longest ttl any command of this hold carried (its acquire, renewals and
+    #: extensions): one may land late and keep the key that long from then.
+    longest: float = field(init=False)
+    #: The greatest fencing token reserved on a quorum for this key's holders of
+    #: this process (see ``_waiting/lease.py``): tokens above ``fence`` up to it may be
+    #: handed out without asking the nodes.
+    reserve: int | None = field(init=False)
+    #: Released or dropped: no extension settles on it any more.
+    ended: bool = field(init=False, default=False)
+    extensions: list[Extension] = field(init=False, default_factory=list)
+    renewal: Watcher | None = field(init=False, default=None)
 
-    def __init__(
-        self,
-        name: str,
-        key: bytes,
-        token: bytes,
-        *,
-        ttl: float,
-        fence: int | None,
-        valid_from: float,
-        expires_at: float,
-        acquired_at: float,
-        max_hold: float | None = None,
-        repairable: bool = True,
-    ) -> None:
-        self.name = name
-        self.key = key
-        self.token = token
-        #: The ttl of each renewal.
-        self.ttl = ttl
-        #: The longest ttl any command of this hold carried (its acquire, renewals and
-        #: extensions): one may land late and keep the key that long from then.
-        self.longest = ttl
-        self.fence = fence
-        #: The greatest fencing token reserved on a quorum for this key's holders of
-        #: this process (see ``_lease.lease``): tokens above ``fence`` up to it may be
-        #: handed out without asking the nodes.
-        self.reserve = fence
-        #: When the request that set the current validity was sent (monotonic).
-        self.valid_from = valid_from
-        #: When the validity ends (monotonic): ``valid_from + ttl - drift``.
-        self.expires_at = expires_at
-        self.acquired_at = acquired_at
-        self.max_hold = max_hold
-        #: Whether the renewal may re-create the key where a node lost it (a plain key
-        #: and counter; a reader of a read-write lock is also a member of a set: not).
-        self.repairable = repairable
-        #: Released or dropped: no extension settles on it any more.
-        self.ended = False
-        self.extensions: list[Extension] = []
-        self.renewal: Watcher | None = None
+    def __post_init__(self) -> None:
+        self.longest = self.ttl
+        self.reserve = self.fence
 
     @property
     def lost(self) -> LockLost | None:

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .hold import Hold, Renewing
 
-__all__ = ["Entry", "TaskHolds"]
+__all__ = ["TaskHold", "TaskHolds"]
 
 
-class Entry:
+class TaskHold:
     """One name held by one task: the shared acquisition and how many levels hold it."""
 
     __slots__ = ("hold", "key", "levels", "reentrant", "renewal", "task")
@@ -49,11 +49,11 @@ class TaskHolds:
     """The names each live task holds (tasks are weakly referenced: no leak)."""
 
     def __init__(self) -> None:
-        self._by_task: weakref.WeakKeyDictionary[asyncio.Task[Any], dict[bytes, Entry]] = (
+        self._by_task: weakref.WeakKeyDictionary[asyncio.Task[Any], dict[bytes, TaskHold]] = (
             weakref.WeakKeyDictionary()
         )
 
-    def held(self, key: bytes, now: float) -> Entry | None:
+    def held(self, key: bytes, now: float) -> TaskHold | None:
         """The current task's entry for ``key``, if it still holds it with validity left."""
         task = asyncio.current_task()
         if task is None:
@@ -63,15 +63,15 @@ class TaskHolds:
             return None  # (a lost or expired one no longer counts)
         return entry
 
-    def add(self, key: bytes, hold: Hold, renewal: Renewing | None, *, reentrant: bool) -> Entry:
+    def add(self, key: bytes, hold: Hold, renewal: Renewing | None, *, reentrant: bool) -> TaskHold:
         """Note that the current task now holds ``key`` (at one level)."""
         task = asyncio.current_task()
         assert task is not None  # noqa: S101 - acquire runs in a task
-        entry = Entry(task, key, hold, renewal, reentrant=reentrant)
+        entry = TaskHold(task, key, hold, renewal, reentrant=reentrant)
         self._by_task.setdefault(task, {})[key] = entry
         return entry
 
-    def remove(self, entry: Entry) -> None:
+    def remove(self, entry: TaskHold) -> None:
         """Forget ``entry`` (released, dropped, detached), from whichever task."""
         holds = self._by_task.get(entry.task)
         if holds is not None and holds.get(entry.key) is entry:

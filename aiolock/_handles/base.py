@@ -8,7 +8,7 @@ subclasses). A variant implements:
 * ``owned``, ``remaining()``, ``fencing_token``, ``lost``, ``release()``, ``extend()``;
 * ``_acquire(wait)``: one acquisition, ``wait`` already checked (``None``: forever);
 * ``_renewals()``: the renewals that cancel the body of ``async with`` on loss;
-* ``_drop()``: after a loss, forget what is held and delete what may remain.
+* ``_abandon()``: after a loss, forget what is held and delete what may remain.
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class BaseHandle(Configured):
         """The renewals of what is held; ``None`` when something held is not renewed."""
         raise NotImplementedError
 
-    async def _drop(self) -> None:
+    async def _abandon(self) -> None:
         raise NotImplementedError
 
     # -- acquire ----------------------------------------------------------------------
@@ -259,7 +259,7 @@ class BaseHandle(Configured):
             return  # detached in the body: the lock is someone else's now
         lost = self.lost
         if lost is not None:
-            await self._drop()
+            await self._abandon()
             if foreign:
                 return
             raise lost

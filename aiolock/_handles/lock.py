@@ -13,7 +13,7 @@ from .base import BaseHandle
 from .ticket import Ticket, encode_ticket
 
 if TYPE_CHECKING:
-    from .._core.tasks import Entry
+    from .._core.tasks import TaskHold
     from .._engine import Engine
 
 __all__ = ["Lock"]
@@ -59,7 +59,7 @@ class Lock(BaseHandle):
         #: Whether the handle is in its task's bookkeeping (_core/tasks.py), sharing its holds.
         self._task_bound = task_bound
         self._reentrant = reentrant
-        self._entry: Entry | None = None
+        self._entry: TaskHold | None = None
         self._max_hold = max_hold
         self._key = engine.key(name) if key is None else key
         self._auto_renew = auto_renew
@@ -123,8 +123,8 @@ class Lock(BaseHandle):
     async def _acquire(self, wait: float | None) -> bool:
         self._detached = False
         if self._hold is not None:
-            self._engine.let_go(self._hold.token)
-            self._clear()  # expired or lost, not released: forget it
+            self._engine.forget(self._hold.token)
+            self._disown()  # expired or lost, not released: forget it
         engine = self._engine
         if self._task_bound:
             entry = engine.tasks.held(self._key, engine.clock())
@@ -200,7 +200,7 @@ class Lock(BaseHandle):
         if hold.ended:
             raise LockNotOwned(f"{self._what} is being released")
         expired = self.remaining() <= 0.0
-        if self._leave_level():  # an outer level of this task still holds it
+        if self._exit_level():  # an outer level of this task still holds it
             if expired:  # (as the outer level's release will say too)
                 raise LockNotOwned(f"{self._what} had expired before release")
             return
@@ -211,9 +211,9 @@ class Lock(BaseHandle):
         engine = self._engine
         held = engine.clock() - hold.acquired_at
         try:
-            votes = await self._give_back(hold, valid=not expired)
+            votes = await self._release_hold(hold, valid=not expired)
         finally:
-            self._clear()
+            self._disown()
         if self._report:
             engine.emit("released", self._name, held)
         if expired:
@@ -248,7 +248,7 @@ class Lock(BaseHandle):
         if hold.ended:
             raise LockNotOwned(f"{self._what} is being released")
         if self.remaining() <= 0.0:
-            await self._drop()
+            await self._abandon()
             raise LockNotOwned(f"{self._what} had expired; it is not re-created")
         quorum = engine.quorum
         start = engine.clock()  # the requests go out now: no await before them
@@ -270,7 +270,7 @@ class Lock(BaseHandle):
             if self._renewal is not None and self._hold is hold:  # the body is told, even
                 # if a deadline of the caller's swallows ``gone`` (seed 17592226047226)
                 self._renewal.declare_lost("the key is gone or held by another token", gone)
-            await self._drop()
+            await self._abandon()
             raise gone
         raise engine.quorum_error(f"extend of {self._what}", votes)
 
@@ -294,12 +294,12 @@ class Lock(BaseHandle):
         if self._entry is not None and self._entry.levels > 1:
             raise RuntimeError(f"{self._what} is held at several levels: it cannot be detached")
         ticket = Ticket(self._engine.prefix, self._name, hold.token, hold.fence, self._ttl)
-        self._engine.let_go(hold.token)  # held elsewhere from now on, if anywhere
-        self._clear()
+        self._engine.forget(hold.token)  # held elsewhere from now on, if anywhere
+        self._disown()
         self._detached = True
         return encode_ticket(ticket)
 
-    async def _adopt(self, ticket: Ticket) -> None:
+    async def _attach(self, ticket: Ticket) -> None:
         """Take over the detached lock of ``ticket`` (see :meth:`LockManager.attach`)."""
         engine = self._engine
         engine.check_open()
@@ -307,7 +307,7 @@ class Lock(BaseHandle):
             await engine.connect()
         token = secrets.token_bytes(TOKEN_BYTES)
         start = engine.clock()
-        votes, expires_at = await engine.take_over(self._key, ticket.token, self._ttl, token)
+        votes, expires_at = await engine.hand_over(self._key, ticket.token, self._ttl, token)
         if expires_at is not None:
             self._own(token, ticket.fence, start, expires_at)
             engine.emit("acquired", self._name, engine.clock() - start)
@@ -338,13 +338,13 @@ class Lock(BaseHandle):
     async def _attempt(self, token: bytes) -> Attempt:
         return await self._engine.quorum.acquire(self._key, token, self._ttl)
 
-    async def _give_back(self, hold: Hold, *, valid: bool) -> Votes | None:
+    async def _release_hold(self, hold: Hold, *, valid: bool) -> Votes | None:
         """Release, or pass a ``valid`` lock to our queue's head (``None``: a lease)."""
         engine = self._engine
         local = engine.released(self._queue_key, valid=valid, pass_on=valid and self._passes_on)
         if not isinstance(local, bool):
-            return await engine.hand_on(hold, local)
-        engine.let_go(hold.token)  # late grants of it are given back now
+            return await engine.pass_on(hold, local)
+        engine.forget(hold.token)  # late grants of it are given back now
         return await self._release_votes(hold.token, local=local)
 
     async def _release_votes(self, token: bytes, *, local: bool = False) -> Votes:
@@ -361,7 +361,7 @@ class Lock(BaseHandle):
         renewal = self._renewal
         return [renewal] if self._hold is not None and renewal is not None else None
 
-    def _leave_level(self) -> bool:
+    def _exit_level(self) -> bool:
         """Give up this handle's level; True when other levels still hold (no I/O then)."""
         entry, self._entry = self._entry, None
         if entry is None:
@@ -373,7 +373,7 @@ class Lock(BaseHandle):
         self._engine.tasks.remove(entry)
         return False
 
-    def _clear(self) -> None:
+    def _disown(self) -> None:
         self._stop_renewal()
         if self._entry is not None:
             self._engine.tasks.remove(self._entry)
@@ -386,10 +386,10 @@ class Lock(BaseHandle):
         if self._renewal is not None:
             self._renewal.stop()
 
-    async def _drop(self) -> None:
+    async def _abandon(self) -> None:
         """Forget the lock and delete it wherever it may remain (shielded)."""
         hold = self._hold
-        if hold is None or self._leave_level():
+        if hold is None or self._exit_level():
             return
-        self._clear()
-        await self._give_back(hold, valid=False)
+        self._disown()
+        await self._release_hold(hold, valid=False)

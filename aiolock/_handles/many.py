@@ -104,19 +104,14 @@ class LockMany(BaseHandle):
             for lock in self._locks:
                 left = None if math.isinf(deadline) else max(0.0, deadline - clock())
                 if not await lock.acquire(timeout=left):
-                    await self._release_quietly(taken)
+                    await self._release_all(taken)  # (errors: nothing more to undo)
                     return False
                 taken.append(lock)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await self._release_quietly(taken)
+                await self._release_all(taken)
             raise
         return True
-
-    @staticmethod
-    async def _release_quietly(locks: list[Lock]) -> None:
-        # Expired or nodes failing: nothing more to undo.
-        await LockMany._release_all(locks)
 
     @staticmethod
     async def _release_all(locks: list[Lock]) -> LockError | None:
@@ -180,6 +175,6 @@ class LockMany(BaseHandle):
             renewals.extend(one)
         return renewals
 
-    async def _drop(self) -> None:
+    async def _abandon(self) -> None:
         # (A name not held any more raises LockNotOwned at once, without I/O.)
-        await self._release_quietly(self._locks)
+        await self._release_all(self._locks)

@@ -119,7 +119,7 @@ class _Slot(Lock):
         """Hold slot ``index``, just won by ``attempt`` with ``token``."""
         assert attempt.expires_at is not None  # noqa: S101
         if self._hold is not None:
-            self._clear()  # an earlier acquisition that expired or was lost
+            self._disown()  # an earlier acquisition that expired or was lost
         self.index = index
         self._name = f"{name}[slot {index}]"
         self._key = slot_key(self.semaphore_key, index)
@@ -280,7 +280,7 @@ class Semaphore(BaseHandle):
         # The slot is a Lock, a handle of the same family (BaseHandle).
         return self._held._renewals() if self._held is not None else None  # noqa: SLF001
 
-    async def _drop(self) -> None:
+    async def _abandon(self) -> None:
         held, self._held = self._held, None
         if held is not None:
-            await held._drop()  # noqa: SLF001 - a Lock, a handle of the same family
+            await held._abandon()  # noqa: SLF001 - a Lock, a handle of the same family

@@ -24,9 +24,9 @@ from redis.exceptions import AskError, ClusterDownError, ResponseError, TryAgain
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from .redis import (
+    adopt_transport,
     cluster_addresses,
     cluster_connection,
-    take_over,
 )
 from .specs import NodeSpec, connection_kwargs, node_name
 
@@ -126,7 +126,7 @@ class Endpoint:
         # Take the transport over from redis-py once the handshake (TLS, AUTH,
         # SELECT, CLIENT SETNAME) is done; detach it so the connection object
         # neither closes it nor warns about it.
-        writer = take_over(conn)
+        writer = adopt_transport(conn)
         if writer is None:  # pragma: no cover - connect() returned without a stream
             raise RedisConnectionError(f"{self.name}: connection closed during handshake")
         transport = writer.transport

@@ -44,12 +44,12 @@ from redis.exceptions import (
 
 __all__ = [
     "ERROR_CLASSES",
+    "adopt_transport",
     "cluster_addresses",
     "cluster_connection",
     "connection_settings",
     "error_from_reply",
     "sentinel_service",
-    "take_over",
 ]
 
 #: The exception class of an error reply, by the reply's first word (its code).
@@ -120,7 +120,7 @@ def sentinel_service(spec: Redis) -> str | None:
     return service if isinstance(service, str) else None
 
 
-def take_over(conn: AbstractConnection) -> asyncio.StreamWriter | None:
+def adopt_transport(conn: AbstractConnection) -> asyncio.StreamWriter | None:
     """Detach the stream of a connected ``conn``: it neither closes it nor warns.
 
     Returns the writer (whose transport is now the caller's; the writer closes it

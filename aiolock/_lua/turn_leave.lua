@@ -15,7 +15,7 @@
 -- The process taken out is told on its grant channel (``out``): alive and waiting (it
 -- may have used its turn, and held the lock until it expired just before the other's
 -- fallback: seed 35184372089874), it joins again at its place at once, not at its
--- next refresh (see Entry.taken_out).
+-- next refresh (see TurnEntry.taken_out).
 -- KEYS[1] the turn queue, KEYS[2] the entries' expiries, KEYS[3] the offers, KEYS[4]
 -- (only to take another process out) the lock
 -- ARGV[1] the process's member

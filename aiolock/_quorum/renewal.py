@@ -176,7 +176,7 @@ class Renewal:
         self.lost = lost
         renewer = self._renewer
         renewer.emit("lost", hold.name, renewer.clock() - hold.acquired_at, lost)
-        renewer.let_go(hold.token)
+        renewer.forget(hold.token)
         self.stop()
         # From now on the lock is not owned and remaining() is 0 (see Hold.remaining);
         # its token stays so that release() still deletes what remains on the nodes.
@@ -195,13 +195,13 @@ class Renewer:
     """
 
     def __init__(
-        self, quorum: Quorum, *, emit: Emit, let_go: Callable[[bytes], None] = lambda _t: None
+        self, quorum: Quorum, *, emit: Emit, forget: Callable[[bytes], None] = lambda _t: None
     ) -> None:
         self._quorum = quorum
         self.clock = quorum.clock
         self.emit = emit
         #: A lost lock is not held here any more: its late grants go back (_waiting/grants.py).
-        self.let_go = let_go
+        self.forget = forget
         self._renewals: dict[Renewal, None] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()

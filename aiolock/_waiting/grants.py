@@ -127,7 +127,7 @@ class Grants:
         if head is None or head.token != token:
             # Not held, and not our head's: the waiter it was for left without it, or
             # took it and let it go (forgotten since). Nobody holds it: give it back.
-            self._drop(token)
+            self._forget(token)
             give_back(self._quorum, key, token)
             return
         if node in self._undone.get(token, ()):
@@ -175,8 +175,8 @@ class Grants:
             self._held.add(token)
             if len(self._taken) > _TAKEN_KEPT:
                 self._taken.popitem(last=False)
-            self._drop(token)
-        elif self._drop(token):
+            self._forget(token)
+        elif self._forget(token):
             give_back(self._quorum, key, token)  # granted somewhere, taken nowhere
 
     def tried(self, token: bytes, outcome: object) -> None:
@@ -216,11 +216,11 @@ class Grants:
                 heard.timer.cancel()
                 heard.timer = None
 
-    def let_go(self, token: bytes) -> None:
+    def forget(self, token: bytes) -> None:
         """A lock held with ``token`` is being released, passed on, detached or dropped."""
         self._held.discard(token)
 
-    def _drop(self, token: bytes) -> bool:
+    def _forget(self, token: bytes) -> bool:
         self._undone.pop(token, None)
         heard = self._heard.pop(token, None)
         if heard is not None and heard.timer is not None:

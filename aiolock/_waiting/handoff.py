@@ -95,7 +95,7 @@ async def pass_on(
     won when a majority now holds the taker's token.
     """
     handoff = asyncio.get_running_loop().create_task(
-        _hand_over(quorum, key, token, taker, line, reserve=reserve)
+        _send_pass_on(quorum, key, token, taker, line, reserve=reserve)
     )
     cancelled: asyncio.CancelledError | None = None
     # Shielded from anyio's cancel scopes (which would cancel again at every await)
@@ -113,7 +113,7 @@ async def pass_on(
     return handoff.result()
 
 
-async def _hand_over(
+async def _send_pass_on(
     quorum: Quorum, key: bytes, token: bytes, taker: Taker, line: Line, *, reserve: int
 ) -> Votes:
     """The handoff itself: one script per node, then the outcome to the waiter."""

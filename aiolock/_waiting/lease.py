@@ -111,5 +111,5 @@ def _decided_votes(n: int, quorum: int) -> Votes:
 def _give_back_lease(quorum: Quorum, key: bytes, token: bytes, grants: Grants | None) -> None:
     """Give back a lock leased to a waiter that was cancelled before it took it."""
     if grants is not None:
-        grants.let_go(token)
+        grants.forget(token)
     give_back(quorum, key, token)

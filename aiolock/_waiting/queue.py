@@ -15,7 +15,7 @@ from . import turns as _turns
 if TYPE_CHECKING:
     from .._io.pubsub import Listener
     from .taker import Taker
-    from .turns import Entry
+    from .turns import TurnEntry
 
 __all__ = ["Queue", "Streaks", "listening"]
 
@@ -73,7 +73,7 @@ class Queue:
         # The offers of the waiters that may be passed the lock, by turn (see Taker).
         self.takers: dict[asyncio.Future[float | None], Taker] = {}
         # Our place in the name's turn queue on the nodes (a plain lock's; see _turns).
-        self.entry: Entry | None = None
+        self.entry: TurnEntry | None = None
         # Our subscription to the grants of the name, one confirmation per node (None:
         # not subscribed).
         self.grants: list[asyncio.Future[None]] | None = None

@@ -43,7 +43,7 @@ class Taker:
         self.future.set_result(outcome)
         return True
 
-    def drop(self) -> None:
+    def leave(self) -> None:
         """The waiter leaves: nothing may stay passed to it (it was cancelled)."""
         future = self.future
         if not future.done():

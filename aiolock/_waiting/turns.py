@@ -54,7 +54,7 @@ from .._lua import TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT, Script
 if TYPE_CHECKING:
     from .taker import Taker
 
-__all__ = ["ENTRY_TTL", "FALLBACK", "REFRESH", "TAKEN_OUT", "Entry", "Turns"]
+__all__ = ["ENTRY_TTL", "FALLBACK", "REFRESH", "TAKEN_OUT", "TurnEntry", "Turns"]
 
 #: How often a waiting process refreshes its entry in a name's turn queue.
 REFRESH: Final = 0.5
@@ -99,13 +99,13 @@ class Turns:
         wake: Callable[[], None],
         head: Callable[[], Taker | None],
         confirmed: Sequence[asyncio.Future[None]] = (),
-    ) -> Entry:
+    ) -> TurnEntry:
         """Join the turn queue of ``key``.
 
         ``wake``, ``head``: our local queue's wake-up and head; ``confirmed``: done
         once each node confirmed our subscription to the grants.
         """
-        return Entry(self, key, wake, head, confirmed)
+        return TurnEntry(self, key, wake, head, confirmed)
 
     def offer(
         self, key: bytes, taker: Taker | None, *, tentative: bool = False
@@ -133,7 +133,7 @@ class Turns:
         return self._offers.get((key, seq))
 
 
-class Entry:
+class TurnEntry:
     """A manager's entry in one name's turn queue, while it has waiters."""
 
     __slots__ = (
@@ -251,10 +251,10 @@ class Entry:
             return True
         loop = asyncio.get_running_loop()
         delay = FALLBACK * random.uniform(1.0, 1.1)
-        self._fallback = loop.call_later(delay, self._pass_over, message)
+        self._fallback = loop.call_later(delay, self._fall_back, message)
         return False
 
-    def _pass_over(self, member: bytes) -> None:
+    def _fall_back(self, member: bytes) -> None:
         """No release heard since the one that named ``member``: we try.
 
         ``member`` goes out of line where the lock is free (it did not take it in time);
@@ -291,7 +291,7 @@ class Entry:
         self.named = False
         self._cancel_fallback()
 
-    def close(self) -> bool:
+    def leave(self) -> bool:
         """Leave the queue (our last waiter left).
 
         Returns whether our turn went unused: the caller then announces the lock free

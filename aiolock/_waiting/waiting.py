@@ -317,7 +317,7 @@ class Waiting:
                     await queue.wake.wait()
         finally:
             if offer is not None:
-                offer.drop()
+                offer.leave()
                 if self._grants is not None:
                     self._grants.settled(offer.token, key, won)
             self._leave(key, queue, turn, taken)
@@ -342,7 +342,7 @@ class Waiting:
         del self._queues[key]
         self._streaks.keep(key, queue)  # the lock may stay with us: its streak goes on
         # Named by a release, and no waiter of ours took the lock: it is free for all.
-        unused_turn = queue.entry is not None and queue.entry.close()
+        unused_turn = queue.entry is not None and queue.entry.leave()
         for channel in queue.channels:
             del self._by_channel[channel]
             if queue.promised or unused_turn:
@@ -380,7 +380,7 @@ class Waiting:
         later wakes the head when it does (a release may have gone unheard meanwhile).
         With ``grants`` (our key, when we offer to take them), to the grants to us too,
         on every node, not waited for (one slow node would hold every wait up): their
-        confirmations are normally in by our offer, which is firm only then (Entry._offer).
+        confirmations are normally in by our offer, which is firm only then (TurnEntry._offer).
         """
         queue.subscribed = True
         confirmations = [s.subscribe(c) for s in queue.listeners for c in queue.channels]

@@ -15,7 +15,7 @@
   pub/sub is refused, 0.1 s at most, and not before 0.16 s after the release
   (Queue.holding_back). Unless, since the release, the manager heard a release name
   nobody or itself, or a grant; or it is 0.5 s after the last release it heard name
-  another (Entry._pass_over), or 0.5 to 0.55 s after a wake-up put off so (a
+  another (TurnEntry._fall_back), or 0.5 to 0.55 s after a wake-up put off so (a
   shortening or a confirmation heard, a connection lost or refused, at any time:
   Queue._wake_unless_given_way sets a timer nothing cancels); or the fallback (0.5 s)
   passed since the release; or a waiter of its process left the queue without it

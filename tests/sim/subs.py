@@ -106,7 +106,7 @@ class Subscriptions:
         self.offers: set[tuple[int, bytes]] = set()
         self._told: set[tuple[object, ...]] = set()
         #: (member, lock) -> when the manager heard a release name it, since which it
-        #: heard neither a release naming nobody nor a grant (Entry.named).
+        #: heard neither a release naming nobody nor a grant (TurnEntry.named).
         self.named: dict[tuple[bytes, bytes], float] = {}
         #: (process, key) -> node -> when a command of the process last set the key's
         #: value there (an attempt that took it; a grant is set by the releaser's).
@@ -137,7 +137,7 @@ class Subscriptions:
         #: try at once: a release naming nobody or it, or a grant (given.py).
         self.wakes: dict[tuple[bytes, bytes], float] = {}
         #: (member, lock) -> when it last heard a release name another process: its head
-        #: tries at the fallback after it, unless a later one is heard (Entry.heard).
+        #: tries at the fallback after it, unless a later one is heard (TurnEntry.heard).
         self.others: dict[tuple[bytes, bytes], float] = {}
         #: (member, lock) -> when it heard a shortening or a confirmation of the lock's
         #: release channel: after a give-way, each wakes its head at the fallback
@@ -307,7 +307,7 @@ class Subscriptions:
                 del self.wake_due[(member, lock)]
 
     def _message(self, member: bytes, channel: bytes, message: bytes) -> None:
-        """A message reached manager ``member``: Entry.heard's view of its turn."""
+        """A message reached manager ``member``: TurnEntry.heard's view of its turn."""
         if channel.endswith(_RELEASED):
             lock = channel[: -len(_RELEASED)]
             if message in (b"", member):  # (its head may try now: given.py)
