@@ -7,7 +7,7 @@ import asyncio
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as redis
 
@@ -17,6 +17,9 @@ from ._core.keys import lock_key
 from ._io.specs import display_url
 from ._lua import FORCE_RELEASE_SCRIPT
 from ._manager import LockManager
+
+if TYPE_CHECKING:
+    from .testing import Server, Servers
 
 __all__ = ["main"]
 
@@ -30,7 +33,7 @@ class _Log:
 
 
 async def _demo(workers: int, rounds: int) -> None:
-    from .testing import Server, redis_servers  # noqa: PLC0415 - the demo's servers only
+    from .testing import redis_servers  # noqa: PLC0415 - the demo's servers only
 
     log = _Log()
     log(f"starting 5 embedded Redis-protocol nodes (workers: {workers}) ...")
@@ -41,67 +44,104 @@ async def _demo(workers: int, rounds: int) -> None:
         # long-running servers keep the default: a restarted node then waits out its quarantine.
         async with LockManager(servers, node_timeout=0.05, restart_grace=0) as locks:
             log(f"quorum: {locks.quorum} of {len(servers)} nodes must agree\n")
-
-            async def worker(wid: int, label: str) -> None:
-                for _ in range(rounds):
-                    async with locks.lock("demo:report", ttl=2.0, timeout=10.0) as lock:
-                        valid = lock.remaining()
-                        log(f"{label}  worker-{wid} holds 'demo:report' ({valid:.2f}s valid)")
-                        await asyncio.sleep(0.05)
-                        log(f"{label}  worker-{wid} done, releasing")
-
+            demo = _Demo(locks, servers, log, workers, rounds)
             log("1) workers contend for one lock; each holds it in turn:")
-            await asyncio.gather(*(worker(w, "   ") for w in range(workers)))
-
-            victim = servers.servers[2]
-            assert isinstance(victim, Server)  # noqa: S101
-            victim.kill()
+            await demo.contend()
+            demo.kill(2)
             log("\n2) node 2 killed: 4 of 5 up, a quorum is still possible:")
-            await asyncio.gather(*(worker(w, "   ") for w in range(workers)))
-
-            for server in servers.servers[3:]:
-                assert isinstance(server, Server)  # noqa: S101
-                server.kill()
+            await demo.contend()
+            demo.kill(3, 4)
             log("\n3) nodes 3 and 4 killed too: 2 of 5 up, no quorum; acquire fails fast:")
-            started = time.monotonic()
-            try:
-                await locks.lock("demo:report").acquire(timeout=5)
-            except QuorumError as exc:
-                took = time.monotonic() - started
-                log(f"   QuorumError after {took:.3f}s: {len(exc.errors)} nodes failed")
-
-            for server in servers.servers[2:]:
-                assert isinstance(server, Server)  # noqa: S101
-                await server.restart()
+            await demo.fail_fast()
+            await demo.restart(2, 3, 4)
             log("\n4) nodes 2-4 restarted (empty); the lock works again:")
-            deadline = time.monotonic() + 5
-            while True:
-                try:
-                    async with locks.lock("demo:report", ttl=2.0, timeout=1.0) as lock:
-                        log(f"   acquired again ({lock.remaining():.2f}s valid)")
-                    break
-                except QuorumError:
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.1)
-
+            await demo.acquire_again()
             log("\n5) renewal: a 1s lock held for 2.5s stays held; then it is stolen:")
-            try:
-                async with locks.lock("demo:long-job", ttl=1.0) as lock:
-                    await asyncio.sleep(2.5)
-                    log(f"   still held after 2.5s ({lock.remaining():.2f}s valid)")
-                    for url in servers:
-                        client = redis.Redis.from_url(url)
-                        try:
-                            await client.delete(lock_key(locks.prefix.encode(), "demo:long-job"))
-                        finally:
-                            await client.aclose()
-                    log("   key deleted behind the holder's back on every node ...")
-                    await asyncio.sleep(5)
-                    log("   (never printed: the body is cancelled)")
-            except LockLost as exc:
-                log(f"   body cancelled, LockLost raised: {exc}")
+            await demo.steal()
     log("\ndone: every node stopped.")
+
+
+class _Demo:
+    """The demo's acts, on embedded servers it started."""
+
+    def __init__(
+        self, locks: LockManager, servers: Servers, log: _Log, workers: int, rounds: int
+    ) -> None:
+        self.locks, self.servers, self.log = locks, servers, log
+        self.workers, self.rounds = workers, rounds
+
+    async def contend(self) -> None:
+        """The workers take the lock in turn, each ``rounds`` times."""
+        locks, log = self.locks, self.log
+
+        async def worker(wid: int) -> None:
+            for _ in range(self.rounds):
+                async with locks.lock("demo:report", ttl=2.0, timeout=10.0) as lock:
+                    valid = lock.remaining()
+                    log(f"     worker-{wid} holds 'demo:report' ({valid:.2f}s valid)")
+                    await asyncio.sleep(0.05)
+                    log(f"     worker-{wid} done, releasing")
+
+        await asyncio.gather(*(worker(w) for w in range(self.workers)))
+
+    def _server(self, i: int) -> Server:
+        from .testing import Server  # noqa: PLC0415 - the demo's servers only
+
+        server = self.servers.servers[i]
+        assert isinstance(server, Server)  # noqa: S101
+        return server
+
+    def kill(self, *nodes: int) -> None:
+        """Kill the servers of ``nodes``."""
+        for i in nodes:
+            self._server(i).kill()
+
+    async def restart(self, *nodes: int) -> None:
+        """Start the servers of ``nodes`` again, empty."""
+        for i in nodes:
+            await self._server(i).restart()
+
+    async def fail_fast(self) -> None:
+        """With no quorum up, an acquire fails at once with QuorumError."""
+        started = time.monotonic()
+        try:
+            await self.locks.lock("demo:report").acquire(timeout=5)
+        except QuorumError as exc:
+            took = time.monotonic() - started
+            self.log(f"   QuorumError after {took:.3f}s: {len(exc.errors)} nodes failed")
+
+    async def acquire_again(self) -> None:
+        """Once nodes are back, the lock is taken again (retried while they start)."""
+        deadline = time.monotonic() + 5
+        while True:
+            try:
+                async with self.locks.lock("demo:report", ttl=2.0, timeout=1.0) as lock:
+                    self.log(f"   acquired again ({lock.remaining():.2f}s valid)")
+                return
+            except QuorumError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+
+    async def steal(self) -> None:
+        """A renewed lock outlives its ttl; deleted behind its back, its body is cancelled."""
+        locks, log = self.locks, self.log
+        try:
+            async with locks.lock("demo:long-job", ttl=1.0) as lock:
+                await asyncio.sleep(2.5)
+                log(f"   still held after 2.5s ({lock.remaining():.2f}s valid)")
+                key = lock_key(locks.prefix.encode(), "demo:long-job")
+                for url in self.servers:
+                    client = redis.Redis.from_url(url)
+                    try:
+                        await client.delete(key)
+                    finally:
+                        await client.aclose()
+                log("   key deleted behind the holder's back on every node ...")
+                await asyncio.sleep(5)
+                log("   (never printed: the body is cancelled)")
+        except LockLost as exc:
+            log(f"   body cancelled, LockLost raised: {exc}")
 
 
 # A node on the command line: (URL, whether it is a Redis Cluster).
@@ -206,8 +246,8 @@ def _node_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--prefix", default="aiolock:", help="the manager's key prefix")
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``python -m aiolock``."""
+def _parser() -> argparse.ArgumentParser:
+    """The command line: demo, servers, bench, inspect, release."""
     parser = argparse.ArgumentParser(
         prog="python -m aiolock", description="aiolock: distributed locks on Redis."
     )
@@ -227,7 +267,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     servers.add_argument(
         "--port", type=int, default=None, help="the first node's port (default: free ports)"
     )
-    bench = sub.add_parser("bench", help="print latency figures (embedded nodes unless --nodes)")
+    _bench_arguments(
+        sub.add_parser("bench", help="print latency figures (embedded nodes unless --nodes)")
+    )
+    inspect = sub.add_parser("inspect", help="who holds a lock, on which nodes, for how long")
+    inspect.add_argument("name")
+    _node_arguments(inspect)
+    release = sub.add_parser(
+        "release",
+        help="delete a lock on every node, whoever holds it (an operator's last resort)",
+        description=(
+            "Delete a lock's key on every node, whoever holds it, and wake its waiters. "
+            "The holder is not told until its next renewal: use it for a holder that is "
+            "gone, not to take a lock from a live one."
+        ),
+    )
+    release.add_argument("name")
+    _node_arguments(release)
+    release.add_argument("--force", action="store_true", help="required: yes, really")
+    release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    return parser
+
+
+def _bench_arguments(bench: argparse.ArgumentParser) -> None:
     bench.add_argument("--nodes", nargs="+", metavar="URL")
     bench.add_argument("--count", type=int, default=2000, help="samples per figure")
     bench.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -264,22 +326,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "(say a git worktree of main) or a Python that has it installed",
     )
     bench.add_argument("--baseline-rounds", type=int, default=3, metavar="N")
-    inspect = sub.add_parser("inspect", help="who holds a lock, on which nodes, for how long")
-    inspect.add_argument("name")
-    _node_arguments(inspect)
-    release = sub.add_parser(
-        "release",
-        help="delete a lock on every node, whoever holds it (an operator's last resort)",
-        description=(
-            "Delete a lock's key on every node, whoever holds it, and wake its waiters. "
-            "The holder is not told until its next renewal: use it for a holder that is "
-            "gone, not to take a lock from a live one."
-        ),
-    )
-    release.add_argument("name")
-    _node_arguments(release)
-    release.add_argument("--force", action="store_true", help="required: yes, really")
-    release.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``python -m aiolock``."""
+    parser = _parser()
     args = parser.parse_args(argv)
 
     if args.command == "demo":

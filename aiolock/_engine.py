@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Final
 
 import anyio
@@ -56,7 +56,7 @@ from ._waiting.taker import Taker
 from ._waiting.turns import Turns
 from ._waiting.waiting import Waiting
 
-__all__ = ["Engine"]
+__all__ = ["Engine", "connect_each"]
 
 #: The renewal's scripts, loaded on each node's connection with the others.
 RENEWAL_SCRIPTS: Final = (EXTEND_MANY_SCRIPT, REPAIR_SCRIPT)
@@ -73,6 +73,13 @@ def make_node(
     if isinstance(spec, RedisCluster):
         return ClusterNode(spec, request_timeout=node_timeout, scripts=scripts)
     return Node(spec, request_timeout=node_timeout, scripts=scripts)
+
+
+async def connect_each(nodes: Iterable[Node | ClusterNode]) -> None:
+    """Connect ``nodes`` all at once; return when each is connected or gave up."""
+    async with anyio.create_task_group() as tg:
+        for node in nodes:
+            tg.start_soon(node.connect)
 
 
 class Engine:
@@ -304,9 +311,7 @@ class Engine:
             self._connecting = asyncio.get_running_loop().create_future()
             try:
                 with anyio.move_on_after(CONNECT_TIMEOUT):
-                    async with anyio.create_task_group() as tg:
-                        for node in self.nodes:
-                            tg.start_soon(node.connect)
+                    await connect_each(self.nodes)
             finally:
                 self.connected = True
                 self._connecting.set_result(None)

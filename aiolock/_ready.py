@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final
 import anyio
 
 from ._core.errors import QuorumError
+from ._engine import connect_each
 
 if TYPE_CHECKING:
     from ._engine import Engine
@@ -65,8 +66,5 @@ async def wait_ready(engine: Engine, seconds: float | None) -> None:
         # Until the next quarantine ends, at most RETRY: unconnected nodes are tried.
         ends = [left for left in map(engine.quarantine_left, range(quorum.n)) if left > 0.0]
         with anyio.move_on_after(min([RETRY, deadline - now, *ends])):
-            async with anyio.create_task_group() as tg:
-                for node in engine.nodes:
-                    if not getattr(node, "connected", True):
-                        tg.start_soon(node.connect)
+            await connect_each(n for n in engine.nodes if not getattr(n, "connected", True))
             await anyio.sleep_forever()

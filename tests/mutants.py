@@ -105,8 +105,9 @@ MUTANTS = [
     Mutant(
         "the head attempts while a handoff to it is in flight",
         "waiting.py",
-        "if offer is not None and offer.claimed:\n                        result = await",
-        "if False:\n                        result = await",
+        "if offer is not None and offer.claimed:\n"
+        "            result = await self._take_handoff(wait)",
+        "if False:\n            result = await self._take_handoff(wait)",
         ("tests/test_waiting.py",),
     ),
     Mutant(
@@ -788,9 +789,8 @@ MUTANTS = [
     Mutant(
         "a head holding back tries though a release claimed its offer meanwhile",
         "waiting.py",
-        "                        if offer is not None and offer.claimed:\n"
-        "                            continue",
-        "                        if False:\n                            continue",
+        "        return offer is not None and offer.claimed  # claimed meanwhile",
+        "        return False  # claimed meanwhile",
         (
             "tests/test_turns.py::"
             "test_a_head_holding_back_that_a_release_of_ours_hands_the_lock_sends_nothing_of_its_own",

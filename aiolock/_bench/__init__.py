@@ -15,11 +15,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 
 from ._common import UVLOOP_ENV, Figure, format_table, runner
 from .baseline import BaselineFigures, run_baseline
-from .contention import ContentionFigures, run_contention, run_waiters
+from .contention import ContentionFigures, WaitersFigures, run_contention, run_waiters
 from .latency import run_latency
 from .names import TASKS, run_names
 from .renewal import RenewalFigures, run_renewal
@@ -80,30 +80,46 @@ def main(
     if renewal_locks:
         renewal = run(run_renewal(urls, locks=renewal_locks, seconds=renewal_seconds))
     semaphore = run(run_semaphore(urls, limits=semaphore_limits)) if semaphore_limits else []
-    if as_json:
-        out: dict[str, object] = {
-            "latency": [asdict(f) for f in figures],
-            "contention": [asdict(f) for f in contention],
-        }
-        if names is not None:
-            out["names"] = {"tasks": TASKS, "cycles_per_second": names}
-        if waiting is not None:
-            out["waiters"] = asdict(waiting)
-        if renewal is not None:
-            out["renewal"] = asdict(renewal)
-        if semaphore:
-            out["semaphore"] = [asdict(f) for f in semaphore]
-        print(json.dumps(out, indent=2))
-    else:
-        print(format_table(figures))
-        for figure in contention:
-            print(figure.row())
-        if names is not None:
-            print(f"{TASKS} tasks on {TASKS} names, 1 process: {names:.0f} cycles/s")
-        if waiting is not None:
-            print(waiting.row())
-        if renewal is not None:
-            print(renewal.table())
-        for one in semaphore:
-            print(one.row())
+    report = _Report(figures, contention, names, waiting, renewal, semaphore)
+    print(json.dumps(report.as_dict(), indent=2) if as_json else report.table())
     return 0
+
+
+@dataclass
+class _Report:
+    """What one ``bench`` run measured (absent: not run)."""
+
+    latency: list[Figure]
+    contention: list[ContentionFigures]
+    names: float | None
+    waiters: WaitersFigures | None
+    renewal: RenewalFigures | None
+    semaphore: list[SemaphoreFigures]
+
+    def as_dict(self) -> dict[str, object]:
+        """The figures as JSON objects."""
+        out: dict[str, object] = {
+            "latency": [asdict(f) for f in self.latency],
+            "contention": [asdict(f) for f in self.contention],
+        }
+        if self.names is not None:
+            out["names"] = {"tasks": TASKS, "cycles_per_second": self.names}
+        if self.waiters is not None:
+            out["waiters"] = asdict(self.waiters)
+        if self.renewal is not None:
+            out["renewal"] = asdict(self.renewal)
+        if self.semaphore:
+            out["semaphore"] = [asdict(f) for f in self.semaphore]
+        return out
+
+    def table(self) -> str:
+        """The figures as the table a person reads."""
+        lines = [format_table(self.latency), *(figure.row() for figure in self.contention)]
+        if self.names is not None:
+            lines.append(f"{TASKS} tasks on {TASKS} names, 1 process: {self.names:.0f} cycles/s")
+        if self.waiters is not None:
+            lines.append(self.waiters.row())
+        if self.renewal is not None:
+            lines.append(self.renewal.table())
+        lines.extend(one.row() for one in self.semaphore)
+        return "\n".join(lines)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import redis.asyncio as redis
 
@@ -56,13 +56,9 @@ async def run_latency(
                 ):
                     samples.setdefault(name, []).extend(await timed(op, per_round, 0))
                 if hung is not None:
-                    hung.pause()
-                    try:
-                        samples.setdefault(f"{name5}, 1 node hung", []).extend(
-                            await timed(cycle5, per_round, 0)
-                        )
-                    finally:
-                        hung.resume()
+                    samples.setdefault(f"{name5}, 1 node hung", []).extend(
+                        await _timed_hung(hung, cycle5, per_round)
+                    )
         finally:
             await client.aclose()
             await one.aclose()
@@ -72,3 +68,12 @@ async def run_latency(
     for figure in figures:
         figure.ratio = figure.median_us / ping
     return figures
+
+
+async def _timed_hung(hung: Server, op: Callable[[], Awaitable[None]], count: int) -> list[float]:
+    """``op`` timed ``count`` times while the server ``hung`` is stopped (SIGSTOP)."""
+    hung.pause()
+    try:
+        return await timed(op, count, 0)
+    finally:
+        hung.resume()

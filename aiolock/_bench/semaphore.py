@@ -6,6 +6,7 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .._manager import LockManager
 from ._common import evalsha_calls, servers_or
@@ -40,29 +41,31 @@ async def run_semaphore(
     async with servers_or(urls, 5) as nodes, LockManager(nodes, restart_grace=0) as locks:
         clients = [redis.Redis.from_url(url) for url in nodes]
         try:
-            for limit in limits:
-                name = f"bench:semaphore:{limit}"
-                holders = [locks.semaphore(name, limit, ttl=60) for _ in range(limit)]
-                for holder in holders:
-                    if not await holder.acquire(timeout=5):  # pragma: no cover
-                        raise RuntimeError("semaphore benchmark: could not fill it")
-                probe = locks.semaphore(name, limit, ttl=60)
-                samples = []
-                before = sum([await evalsha_calls(c) for c in clients])
-                for _ in range(tries):
-                    started = time.perf_counter()
-                    if await probe.acquire(timeout=0):  # pragma: no cover
-                        raise RuntimeError("semaphore benchmark: a full semaphore had a slot")
-                    samples.append((time.perf_counter() - started) * 1000)
-                after = sum([await evalsha_calls(c) for c in clients])
-                for holder in holders:
-                    await holder.release()
-                out.append(
-                    SemaphoreFigures(
-                        limit, tries, statistics.median(samples), (after - before) / tries
-                    )
-                )
+            out.extend([await _full_semaphore(locks, clients, lim, tries) for lim in limits])
         finally:
             for client in clients:
                 await client.aclose()
     return out
+
+
+async def _full_semaphore(
+    locks: LockManager, clients: list[Any], limit: int, tries: int
+) -> SemaphoreFigures:
+    """Fill a semaphore of ``limit`` slots, then time ``tries`` tries that find none free."""
+    name = f"bench:semaphore:{limit}"
+    holders = [locks.semaphore(name, limit, ttl=60) for _ in range(limit)]
+    for holder in holders:
+        if not await holder.acquire(timeout=5):  # pragma: no cover
+            raise RuntimeError("semaphore benchmark: could not fill it")
+    probe = locks.semaphore(name, limit, ttl=60)
+    samples = []
+    before = sum([await evalsha_calls(c) for c in clients])
+    for _ in range(tries):
+        started = time.perf_counter()
+        if await probe.acquire(timeout=0):  # pragma: no cover
+            raise RuntimeError("semaphore benchmark: a full semaphore had a slot")
+        samples.append((time.perf_counter() - started) * 1000)
+    after = sum([await evalsha_calls(c) for c in clients])
+    for holder in holders:
+        await holder.release()
+    return SemaphoreFigures(limit, tries, statistics.median(samples), (after - before) / tries)

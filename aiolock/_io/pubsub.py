@@ -19,7 +19,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -233,37 +233,45 @@ class Subscriber(ReplyReader):
             except hiredis.ProtocolError:
                 self._reset()
                 return
-            if reply is False:
+            if reply is False or not self._on_reply(reply):
                 return
-            if isinstance(reply, hiredis.ReplyError):  # SUBSCRIBE refused (NOPERM, ...)
-                error = error_from_reply(self.name, str(reply))
-                asked = self._asked.popleft() if self._asked else None
-                if asked is not None and self._on_moved is not None and is_moved(error):
-                    self._answered(asked)
-                    self._moved(asked, error)
-                    continue
-                self._refuse(error)
-                return
-            if not isinstance(reply, list) or len(reply) < 3:
-                continue
-            kind, channel = reply[0], reply[1]
-            if kind in (b"message", b"smessage"):
-                self._on_message(channel, reply[2])
-            elif kind in (b"unsubscribe", b"sunsubscribe"):
-                ours = self._answered(channel)
-                if not ours and kind == b"sunsubscribe" and channel in self._channels:
-                    # Not asked for: its slot moved away.
-                    self._moved(channel, None)
-            elif kind in (b"subscribe", b"ssubscribe"):
-                if self._asked and self._asked[0] == channel:
-                    self._asked.popleft()
-                self._confirmed_on_connection = True
-                self._drops = 0
-                owed = self._answered(channel)
-                waiting = self._channels.get(channel)
-                if owed <= 1 and waiting:  # (the reply to the last request)
-                    _confirm(waiting)
-                    waiting.clear()
+
+    def _on_reply(self, reply: Any) -> bool:
+        """One reply read; whether to read on (not after a refusal)."""
+        if isinstance(reply, hiredis.ReplyError):  # SUBSCRIBE refused (NOPERM, ...)
+            error = error_from_reply(self.name, str(reply))
+            asked = self._asked.popleft() if self._asked else None
+            if asked is not None and self._on_moved is not None and is_moved(error):
+                self._answered(asked)
+                self._moved(asked, error)
+                return True
+            self._refuse(error)
+            return False
+        if not isinstance(reply, list) or len(reply) < 3:
+            return True
+        kind, channel = reply[0], reply[1]
+        if kind in (b"message", b"smessage"):
+            self._on_message(channel, reply[2])
+        elif kind in (b"unsubscribe", b"sunsubscribe"):
+            ours = self._answered(channel)
+            if not ours and kind == b"sunsubscribe" and channel in self._channels:
+                # Not asked for: its slot moved away.
+                self._moved(channel, None)
+        elif kind in (b"subscribe", b"ssubscribe"):
+            self._subscribed(channel)
+        return True
+
+    def _subscribed(self, channel: bytes) -> None:
+        """The server confirmed a subscription to ``channel`` on this connection."""
+        if self._asked and self._asked[0] == channel:
+            self._asked.popleft()
+        self._confirmed_on_connection = True
+        self._drops = 0
+        owed = self._answered(channel)
+        waiting = self._channels.get(channel)
+        if owed <= 1 and waiting:  # (the reply to the last request)
+            _confirm(waiting)
+            waiting.clear()
 
     def _answered(self, channel: bytes) -> int:
         """A reply to a request of ours on ``channel`` came: how many were owed.

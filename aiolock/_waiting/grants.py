@@ -106,7 +106,7 @@ class Grants:
         ``head``: the offer of the head of our queue for ``key`` (None: nobody waits);
         ``wake`` wakes it.
         """
-        token, ttl, sent_at = offer
+        token = offer[0]
         if token in self._held:
             # Ours, held: a node that granted it late. The copy is kept, whatever else
             # we remember (the next handoff or release finds the node in step): a
@@ -136,6 +136,20 @@ class Grants:
             # next attempt, with the same token, asks the node again.
             wake()
             return
+        self._count(node, key, offer, fence, head=head, wake=wake)
+
+    def _count(
+        self,
+        node: int,
+        key: bytes,
+        offer: tuple[bytes, float, float],
+        fence: int,
+        *,
+        head: Taker,
+        wake: Callable[[], None],
+    ) -> None:
+        """A grant to our head's offer: once a quorum granted it, the head takes it."""
+        token, ttl, sent_at = offer
         heard = self._heard.get(token)
         if heard is None:
             heard = self._heard[token] = _Heard()

@@ -39,6 +39,7 @@ import functools
 import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
 import anyio
@@ -76,6 +77,27 @@ LOCAL_STREAK: Final = 4
 #: The same when the last handoff found no other process in the turn queue: a release
 #: then only lets in processes that wait without taking turns (see Waiting.released).
 LONE_STREAK: Final = 32
+
+
+@dataclass(eq=False, slots=True)
+class _Wait:
+    """One task's wait for a lock, from joining its local queue to leaving it."""
+
+    queue: Queue
+    #: Set when the task is the head of its queue: the ttl the previous head took the
+    #: lock for (``None``: it did not, or there was none).
+    turn: asyncio.Future[float | None]
+    deadline: float
+    #: The head's offer to take the lock from a release of ours (see ``Taker``).
+    offer: Taker | None
+    #: The holder's ttl the last attempt learnt (the longest the head sleeps on).
+    hint: float | None = None
+    #: Split votes so far (each pause after one is twice as long).
+    splits: int = 0
+    #: How long the lock taken stays valid, for the next head of ours.
+    taken: float | None = None
+    #: The attempt that acquired the lock on the nodes (not a lease), for the grants.
+    won: Attempt | None = None
 
 
 class Waiting:
@@ -228,8 +250,38 @@ class Waiting:
         ``key``'s own); ``exclusive=False`` (a semaphore) lets the next waiter try at
         once after one acquired. ``taker``: the waiter's token and ttl, when a release
         of this process may pass it the lock (see :class:`Taker`); such a waiter's
-        process (a plain lock's) also joins the name's turn queue (see ``_waiting/turns.py``).
+        process (a plain lock's) also joins the name's turn queue (see ``turns.py``).
         """
+        queue = self._queue(key, channels)
+        turn: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
+        queue.entries.append(turn)
+        if len(queue.entries) == 1:
+            turn.set_result(None)
+        wait = _Wait(queue, turn, deadline, None if taker is None else Taker(*taker))
+        if wait.offer is not None:
+            queue.takers[turn] = wait.offer
+        try:
+            if not await self._turn_comes(wait):
+                return None
+            if not queue.subscribed:
+                await self._subscribe(queue, None if wait.offer is None else key)
+            if wait.offer is not None and queue.entry is None and self._turns is not None:
+                # (Not only after subscribing: a head cancelled meanwhile left it to us.)
+                self._join(key, queue)
+            result = await self._contend(wait, attempt)
+            if result is not None and result.expires_at is not None:
+                self._won(wait, result, exclusive=exclusive)
+            return result
+        finally:
+            offer = wait.offer
+            if offer is not None:
+                offer.leave()
+                if self._grants is not None:
+                    self._grants.settled(offer.token, key, wait.won)
+            self._leave(key, queue, turn, wait.taken)
+
+    def _queue(self, key: bytes, channels: tuple[bytes, ...] | None) -> Queue:
+        """``key``'s local queue, made (with its channels' routes) if nobody waits yet."""
         queue = self._queues.get(key)
         if queue is None:
             announced = channels or (release_channel(key),)
@@ -237,90 +289,121 @@ class Waiting:
             self._streaks.resume(key, queue)
             for channel in queue.channels:
                 self._by_channel[channel] = queue
-        turn: asyncio.Future[float | None] = asyncio.get_running_loop().create_future()
-        queue.entries.append(turn)
-        if len(queue.entries) == 1:
-            turn.set_result(None)
-        taken: float | None = None
-        won: Attempt | None = None
-        splits = 0  # (split votes so far)
-        offer = None if taker is None else Taker(*taker)
-        if offer is not None:
-            queue.takers[turn] = offer
-        try:
+        return queue
+
+    async def _turn_comes(self, wait: _Wait) -> bool:
+        """Until the waiter is the head of its queue; False when the deadline came first."""
+        turn = wait.turn
+        if not turn.done():
+            # asyncio.wait, not a cancel scope (that would cancel the turn itself).
+            left = wait.deadline - self._clock()
+            await asyncio.wait([turn], timeout=None if math.isinf(left) else max(0.0, left))
             if not turn.done():
-                # asyncio.wait, not a cancel scope (that would cancel the turn itself).
-                left = deadline - self._clock()
-                await asyncio.wait([turn], timeout=None if math.isinf(left) else max(0.0, left))
-                if not turn.done():
-                    return None
-            # Not None: the previous head of ours holds it; its release wakes us.
-            wait_first = (hint := turn.result()) is not None
-            if not queue.subscribed:
-                await self._subscribe(queue, None if offer is None else key)
-            if offer is not None and queue.entry is None and self._turns is not None:
-                # (Not only after subscribing: a head cancelled meanwhile left it to us.)
-                self._join(key, queue)
-            while True:
-                if wait_first:
-                    wait_first = False
-                else:
-                    result: _A | None = None
-                    if offer is not None and offer.claimed:
-                        result = await offer.future  # passed the lock, or not
-                        offer = queue.takers[turn] = Taker(offer.token, offer.ttl)
-                        if result.expires_at is None:
-                            result = None  # the handoff failed: try as usual
-                    if result is None:
-                        back = queue.holding_back(self._clock)
-                        while back > 0 and not queue.wake.is_set():  # (its turn, polled)
-                            with anyio.move_on_after(min(back, deadline - self._clock())):
-                                await queue.wake.wait()
-                            # (Again if ours gave way again meanwhile: 9007199254748187.)
-                            back = queue.holding_back(clock=self._clock)
-                            if (offer is not None and offer.claimed) or self._clock() >= deadline:
-                                break
-                        if offer is not None and offer.claimed:
-                            continue  # claimed meanwhile: its handoff decides (8796103035398)
-                        queue.wake.clear()
-                        queue.gave_way = None
-                        if queue.entry is not None and queue.polling():
-                            queue.entry.withdraw()  # an offer made before the refusal
-                        began = self._clock()
-                        result = await attempt_as_head(attempt, offer)
-                        if offer is not None and self._grants is not None:
-                            self._grants.tried(offer.token, result)  # (its clean-up)
-                        if pause := split_pause(result, self._clock() - began, splits):
-                            splits += 1  # (the next pause twice as long: 9007199254741396)
-                            await anyio.sleep(min(pause, max(0.0, deadline - self._clock())))
-                    if result.expires_at is not None:
-                        # (A lease's votes are no node's: its offer was taken nowhere.)
-                        won = None
-                        if isinstance(result, Attempt) and result.token is None:
-                            won = result
-                        queue.promised = False
-                        if queue.entry is not None:
-                            queue.entry.taken()
-                        if exclusive:
-                            taken = max(0.0, result.expires_at - self._clock())
-                        return result
-                    if result.outage:
-                        return result
-                    hint = result.holder_ttl()
-                left = deadline - self._clock()
-                if left <= 0:
-                    return None
-                sleep = UNKNOWN_HOLDER_WAIT if hint is None else hint + EXPIRY_SLACK
-                if queue.polling():
-                    sleep = min(sleep, POLL_INTERVAL)  # a release may go unheard
-                with anyio.move_on_after(min(left, sleep * random.uniform(1.0, 1.1))):
-                    await queue.wake.wait()
-        finally:
-            if offer is not None:
-                offer.leave()
-                if self._grants is not None:
-                    self._grants.settled(offer.token, key, won)
-            self._leave(key, queue, turn, taken)
+                return False
+        # Not None: the previous head of ours holds it; its release wakes us.
+        wait.hint = turn.result()
+        return True
+
+    async def _contend(self, wait: _Wait, attempt: Callable[[], Awaitable[_A]]) -> _A | None:
+        """The head's loop: a handoff or an attempt, then sleep until woken, until decided.
+
+        Returns the outcome that acquired or showed an outage, or ``None`` at the deadline.
+        """
+        wait_first = wait.hint is not None
+        while True:
+            if wait_first:
+                wait_first = False
+            else:
+                result = await self._next_outcome(wait, attempt)
+                if result is None:
+                    continue  # claimed while holding back: its handoff decides
+                if result.expires_at is not None or result.outage:
+                    return result
+                wait.hint = result.holder_ttl()
+            sleep = self._sleep(wait)
+            if sleep is None:
+                return None
+            with anyio.move_on_after(sleep):
+                await wait.queue.wake.wait()
+
+    async def _next_outcome(self, wait: _Wait, attempt: Callable[[], Awaitable[_A]]) -> _A | None:
+        """A handoff's outcome if a release claimed the head's offer, else its own attempt.
+
+        ``None``: a release claimed the offer while the head held back.
+        """
+        result: _A | None = None
+        offer = wait.offer
+        if offer is not None and offer.claimed:
+            result = await self._take_handoff(wait)
+        if result is None:
+            if await self._hold_back(wait):
+                return None
+            result = await self._try(wait, attempt)
+        return result
+
+    async def _take_handoff(self, wait: _Wait) -> Any:
+        """The outcome of a handoff to the head (passed the lock, or ``None``: it failed)."""
+        offer = wait.offer
+        assert offer is not None  # noqa: S101 - claimed
+        result = await offer.future  # passed the lock, or not
+        wait.offer = wait.queue.takers[wait.turn] = Taker(offer.token, offer.ttl)
+        return None if result.expires_at is None else result  # (failed: try as usual)
+
+    async def _hold_back(self, wait: _Wait) -> bool:
+        """Wait while our process gave the turn to another (its turn, polled).
+
+        Returns whether a release of ours claimed the head's offer meanwhile.
+        """
+        queue, offer, deadline = wait.queue, wait.offer, wait.deadline
+        back = queue.holding_back(self._clock)
+        while back > 0 and not queue.wake.is_set():
+            with anyio.move_on_after(min(back, deadline - self._clock())):
+                await queue.wake.wait()
+            # (Again if ours gave way again meanwhile.)
+            back = queue.holding_back(clock=self._clock)
+            if (offer is not None and offer.claimed) or self._clock() >= deadline:
+                break
+        return offer is not None and offer.claimed  # claimed meanwhile: its handoff decides
+
+    async def _try(self, wait: _Wait, attempt: Callable[[], Awaitable[_A]]) -> _A:
+        """The head's own attempt; after a split vote, the pause before the next one."""
+        queue, offer = wait.queue, wait.offer
+        queue.wake.clear()
+        queue.gave_way = None
+        if queue.entry is not None and queue.polling():
+            queue.entry.withdraw()  # an offer made before the refusal
+        began = self._clock()
+        result = await attempt_as_head(attempt, offer)
+        if offer is not None and self._grants is not None:
+            self._grants.tried(offer.token, result)  # (its clean-up)
+        if pause := split_pause(result, self._clock() - began, wait.splits):
+            wait.splits += 1  # (the next pause twice as long)
+            await anyio.sleep(min(pause, max(0.0, wait.deadline - self._clock())))
+        return result
+
+    def _sleep(self, wait: _Wait) -> float | None:
+        """How long the head sleeps unless woken (``None``: the deadline has passed)."""
+        left = wait.deadline - self._clock()
+        if left <= 0:
+            return None
+        hint = wait.hint
+        sleep = UNKNOWN_HOLDER_WAIT if hint is None else hint + EXPIRY_SLACK
+        if wait.queue.polling():
+            sleep = min(sleep, POLL_INTERVAL)  # a release may go unheard
+        return min(left, sleep * random.uniform(1.0, 1.1))
+
+    def _won(self, wait: _Wait, result: Outcome, *, exclusive: bool) -> None:
+        """The head acquired: its turn and offer are used, the next waiter's turn set."""
+        # (A lease's votes are no node's: its offer was taken nowhere.)
+        if isinstance(result, Attempt) and result.token is None:
+            wait.won = result
+        queue = wait.queue
+        queue.promised = False
+        if queue.entry is not None:
+            queue.entry.taken()
+        if exclusive:
+            assert result.expires_at is not None  # noqa: S101 - acquired
+            wait.taken = max(0.0, result.expires_at - self._clock())
 
     def _leave(
         self, key: bytes, queue: Queue, turn: asyncio.Future[float | None], taken: float | None
@@ -339,6 +422,10 @@ class Waiting:
                     taken = UNKNOWN_HOLDER_WAIT
                 queue.entries[0].set_result(taken)
             return
+        self._close(key, queue)
+
+    def _close(self, key: bytes, queue: Queue) -> None:
+        """The last waiter of ``key`` left: the queue goes, with its subscriptions."""
         del self._queues[key]
         self._streaks.keep(key, queue)  # the lock may stay with us: its streak goes on
         # Named by a release, and no waiter of ours took the lock: it is free for all.
