@@ -274,7 +274,7 @@ MUTANTS = [
         "votes.py",
         "    return n // 2 + 1",
         "    return n // 2",
-        ("tests/test_quorum.py",),
+        ("tests/unit/test_quorum.py",),
     ),
     Mutant(
         "validity without the time the attempt took",
@@ -285,7 +285,7 @@ MUTANTS = [
         "            expires_at = self.expiry(self.clock(), ttl)\n"
         "            if expires_at > self.clock():\n"
         "                return Attempt(",
-        ("tests/test_quorum.py",),
+        ("tests/unit/test_quorum.py",),
     ),
     # Issue 13's rules.
     Mutant(
@@ -402,14 +402,14 @@ MUTANTS = [
         "_engine.py",
         "            more_args=(floor, *self.waiting.release_args(key)),",
         "            more_args=(floor,),",
-        ("tests/test_turns.py",),
+        ("tests/unit/test_turn_decisions.py", "tests/test_turns.py"),
     ),
     Mutant(
         "a handoff never sees another process in line (streaks of LONE_STREAK for all)",
         "pass_on.lua",
         "        others = 1\n",
         "        others = 0\n",
-        ("tests/test_turns.py",),
+        ("tests/unit/test_turn_decisions.py", "tests/test_turns.py"),
     ),
     Mutant(
         "a process alone in line passes the lock on for ever",
@@ -640,7 +640,7 @@ MUTANTS = [
         "            verdicts = outcome.votes.verdicts\n"
         "            self.undone(token, [i for i, y in enumerate(verdicts) if y is not False])\n",
         (
-            "tests/test_quorum.py::"
+            "tests/unit/test_quorum.py::"
             "test_a_node_the_clean_up_released_never_counts_for_a_grant_though_its_no_came_late",
         ),
     ),
