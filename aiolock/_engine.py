@@ -26,6 +26,7 @@ import anyio
 from redis.asyncio import RedisCluster
 
 from ._core.calls import ignore
+from ._core.cancel import join, shielded
 from ._core.checks import check_ttl, shown
 from ._core.errors import NodeQuarantined, QuorumError
 from ._core.events import EventKind, LockEvent, logger
@@ -317,7 +318,7 @@ class Engine:
                 self._connecting.set_result(None)
             self._check_same_servers()
         else:
-            await asyncio.shield(self._connecting)
+            await join(self._connecting)
 
     def _same_server(self, node: Node) -> Node | None:
         """Another node that reached the same server as ``node`` (same ``run_id``)."""
@@ -411,11 +412,11 @@ class Engine:
         try:
             votes, expires_at = await quorum.extend(key, old_token, ttl, new_token=token)
         except BaseException:  # cancelled: the nodes decided, the handle will not own it
-            with anyio.CancelScope(shield=True):
+            with shielded():
                 await quorum.extend(key, token, ttl, new_token=old_token)
             raise
         if expires_at is None:
-            with anyio.CancelScope(shield=True):
+            with shielded():
                 await quorum.extend(key, token, ttl, new_token=old_token)
         return votes, expires_at
 
@@ -436,7 +437,7 @@ class Engine:
         if self.closed:
             return
         self.closed = True
-        with anyio.CancelScope(shield=True):
+        with shielded():
             await self.renewer.aclose()
             await self.waiting.aclose()
             for node in dict.fromkeys((*self.nodes, *self.renewal_nodes)):

@@ -98,8 +98,8 @@ MUTANTS = [
     Mutant(
         "a release cancelled during its handoff cancels the handoff",
         "handoff.py",
-        "                await asyncio.shield(handoff)",
-        "                await handoff",
+        "    return await outlast(handoff)",
+        "    return await handoff",
         ("tests/test_waiting.py",),
     ),
     Mutant(

@@ -290,3 +290,15 @@ def test_no_function_of_the_package_is_excused_from_the_function_limits() -> Non
         if "noqa" in line and any(rule in line for rule in ("C901", "PLR0915", "PLR1702"))
     ]
     assert excused == []
+
+
+def test_cancellation_is_shielded_only_through_the_one_helper() -> None:
+    # _core/cancel.py: shielded(), outlast(), join(); one idiom at every site.
+    elsewhere = [
+        f"{path.relative_to(PACKAGE)}:{n}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.name != "cancel.py" and "testing" not in path.parts
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "CancelScope(shield" in line or "asyncio.shield(" in line
+    ]
+    assert elsewhere == []

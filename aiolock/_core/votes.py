@@ -13,10 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-import anyio
-
 from .._lua import Script
 from .calls import Callback
+from .cancel import outlast
 
 __all__ = [
     "DRIFT_FLOOR",
@@ -323,13 +322,12 @@ async def wait_decided(votes: _Awaited) -> None:
         # otherwise deliver the cancellation again at every await).
         cancelled = exc
     loop = asyncio.get_running_loop()
-    with anyio.CancelScope(shield=True):
-        while not votes.decided():
-            waiter = votes.waiter = loop.create_future()
-            try:
-                await asyncio.shield(waiter)
-            except asyncio.CancelledError as exc:  # native asyncio cancellation
-                cancelled = exc
+    while not votes.decided():
+        waiter = votes.waiter = loop.create_future()
+        try:
+            await outlast(waiter)
+        except asyncio.CancelledError as exc:  # cancelled again meanwhile
+            cancelled = exc
     raise cancelled
 
 

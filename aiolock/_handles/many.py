@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
+from .._core.cancel import shielded
 from .._core.checks import shown
 from .._core.errors import LockError, LockLost
 from .base import BaseHandle
@@ -108,7 +109,7 @@ class LockMany(BaseHandle):
                     return False
                 taken.append(lock)
         except BaseException:
-            with anyio.CancelScope(shield=True):
+            with shielded():
                 await self._release_all(taken)
             raise
         return True
@@ -127,7 +128,7 @@ class LockMany(BaseHandle):
         for lock in reversed(locks):
             try:
                 # (After a cancellation, shielded: a cancel scope would deliver it again.)
-                with anyio.CancelScope(shield=cancelled is not None):
+                with shielded(cancelled is not None):
                     await lock.release()
             except LockError as exc:
                 first = first or exc

@@ -45,6 +45,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from .._core.calls import Callback, ignore
+from .._core.cancel import join
 from .._lua import Script
 from .node import Node
 from .protocol import cluster_endpoint
@@ -382,7 +383,7 @@ class ClusterNode:
             self._refresh_soon()
             refreshing = self._refreshing
             if refreshing is not None:
-                await asyncio.shield(refreshing)
+                await join(refreshing)
         masters = {a for a in self._slots if a is not None}
         await asyncio.gather(*(self._server(a).connect() for a in masters))
 

@@ -33,6 +33,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
 from .._core.calls import Callback, ignore
+from .._core.cancel import join
 from .._core.events import logger
 from .._lua import Script
 from .protocol import (
@@ -239,10 +240,10 @@ class Node(ReplyReader):
             return
         if self._connecting is None:
             self._connecting = asyncio.get_running_loop().create_task(self._connect())
-        await asyncio.shield(self._connecting)
+        await join(self._connecting)
         identified = self._identified
         if identified is not None and not identified.done():
-            await asyncio.shield(identified)
+            await join(identified)
 
     async def _connect(self) -> None:
         try:

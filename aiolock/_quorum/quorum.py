@@ -25,10 +25,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import anyio
-
 from .._core.batch import BatchVotes, batch_chunks, chunk_args
 from .._core.calls import Callback, ignore
+from .._core.cancel import shielded
 from .._core.fencing import fence_retention
 from .._core.keys import fence_key as fence_key_of
 from .._core.votes import (
@@ -215,7 +214,7 @@ class Quorum:
                 fence = await self._settle_fence(votes, fence_key, retention)
         except BaseException:
             # Cancelled with requests in flight: any node may have taken the key.
-            with anyio.CancelScope(shield=True):
+            with shielded():
                 await self._clean_up(key, token, cleanup, None, ())
             raise
         if fence is not None:

@@ -31,9 +31,8 @@ import asyncio
 import functools
 from typing import TYPE_CHECKING
 
-import anyio
-
 from .._core.calls import ignore
+from .._core.cancel import outlast
 from .._core.votes import Attempt, Votes
 from .._lua import NOT_FREE, PASS_ON_SCRIPT, RELEASE_EITHER_SCRIPT, RELEASE_SCRIPT
 from .taker import Taker
@@ -97,20 +96,7 @@ async def pass_on(
     handoff = asyncio.get_running_loop().create_task(
         _send_pass_on(quorum, key, token, taker, line, reserve=reserve)
     )
-    cancelled: asyncio.CancelledError | None = None
-    # Shielded from anyio's cancel scopes (which would cancel again at every await)
-    # and from native cancellation (caught, re-raised once the handoff is done).
-    with anyio.CancelScope(shield=True):
-        while not handoff.done():
-            try:
-                await asyncio.shield(handoff)
-            except asyncio.CancelledError as exc:
-                if handoff.cancelled():  # pragma: no cover - nothing cancels it
-                    raise
-                cancelled = exc
-    if cancelled is not None:
-        raise cancelled
-    return handoff.result()
+    return await outlast(handoff)
 
 
 async def _send_pass_on(

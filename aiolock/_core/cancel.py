@@ -1,0 +1,57 @@
+"""Cancellation, written one way: what must finish finishes; the caller's cancellation after.
+
+Every site in the package that must not be cut short by its caller's cancellation uses
+one of these, and nothing else:
+
+* ``with shielded():`` around a clean-up that must run to its end (a failed attempt's
+  release on every node, a lock given back): an anyio scope, so the cancellation of the
+  caller, by anyio or asyncio, is delivered at the block's end.
+* ``await outlast(task)``: wait for work that runs on its own (a handoff in a task of its
+  own) even if the caller is cancelled meanwhile, native ``Task.cancel()`` included;
+  that cancellation is re-raised once the work is done, so the work's outcome is never
+  lost (a waiter always learns whether it was passed the lock).
+* ``await join(shared)``: wait for work that other callers share (a connect in progress):
+  the caller may be cancelled, the shared work is not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TypeVar
+
+import anyio
+
+__all__ = ["join", "outlast", "shielded"]
+
+_T = TypeVar("_T")
+
+
+def shielded(shield: bool = True) -> anyio.CancelScope:
+    """A scope whose block runs to its end whatever cancels the caller meanwhile.
+
+    ``shield=False``: an ordinary scope (a loop whose first rounds may be cancelled).
+    """
+    return anyio.CancelScope(shield=shield)
+
+
+async def outlast(task: asyncio.Future[_T]) -> _T:
+    """``task``'s result, waited for through the caller's cancellation (re-raised after)."""
+    cancelled: asyncio.CancelledError | None = None
+    # Shielded from anyio's cancel scopes (which would cancel again at every await)
+    # and from native cancellation (caught, re-raised once the task is done).
+    with shielded():
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError as exc:
+                if task.cancelled():  # pragma: no cover - nothing else cancels it
+                    raise
+                cancelled = exc
+    if cancelled is not None:
+        raise cancelled
+    return task.result()
+
+
+async def join(shared: asyncio.Future[_T]) -> _T:
+    """``shared``'s result; cancelling the caller leaves ``shared`` running for others."""
+    return await asyncio.shield(shared)
