@@ -329,7 +329,7 @@ MUTANTS = [
         "                queue.entry.taken_out()\n            return\n",
         "                pass\n            return\n",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_heads.py::"
             "test_a_named_process_taken_out_of_line_as_its_lock_expired_joins_again_at_once",
         ),
     ),
@@ -345,14 +345,14 @@ MUTANTS = [
         "queue.py",
         "elif self.entry is None or self.entry.heard(message):",
         "elif self.entry is None or self.entry.heard(message) or True:",
-        ("tests/test_turns.py",),
+        ("tests/turns/",),
     ),
     Mutant(
         "a turn passed over is never taken (no fallback)",
         "turns.py",
         "self._key, member))\n        self._wake()",
         "self._key, member))",
-        ("tests/test_turns.py",),
+        ("tests/turns/",),
     ),
     Mutant(
         "a lease ignores the longer ttl of a command its holder sent",
@@ -367,7 +367,7 @@ MUTANTS = [
         "elif queue.gave_way is not None:",
         "elif False:",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_heads.py::"
             "test_a_head_that_leaves_as_its_process_gives_way_does_not_beat_the_process_named",
         ),
     ),
@@ -377,7 +377,7 @@ MUTANTS = [
         "back = queue.holding_back(self._clock)",
         "back = 0.0",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_pubsub.py::"
             "test_where_pubsub_is_refused_a_process_that_gave_way_lets_the_one_named_try_first",
         ),
     ),
@@ -386,7 +386,9 @@ MUTANTS = [
         "turn_leave.lua",
         "if KEYS[4] and redis.call('exists', KEYS[4]) == 1 then",
         "if false then",
-        ("tests/test_turns.py::test_a_named_process_that_holds_past_the_fallback_stays_in_line",),
+        (
+            "tests/turns/test_heads.py::test_a_named_process_that_holds_past_the_fallback_stays_in_line",
+        ),
     ),
     Mutant(
         "a process leaving in its turn does not announce the lock free",
@@ -395,21 +397,21 @@ MUTANTS = [
         "        return self.named",
         "        self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._keys, self._turns.member))\n"
         "        return False",
-        ("tests/test_turns.py",),
+        ("tests/turns/",),
     ),
     Mutant(
         "a release names the first in line, not the next after the releasing process",
         "_engine.py",
         "            more_args=(floor, *self.waiting.release_args(key)),",
         "            more_args=(floor,),",
-        ("tests/unit/test_turn_decisions.py", "tests/test_turns.py"),
+        ("tests/unit/test_turn_decisions.py", "tests/turns/"),
     ),
     Mutant(
         "a handoff never sees another process in line (streaks of LONE_STREAK for all)",
         "pass_on.lua",
         "        others = 1\n",
         "        others = 0\n",
-        ("tests/unit/test_turn_decisions.py", "tests/test_turns.py"),
+        ("tests/unit/test_turn_decisions.py", "tests/turns/"),
     ),
     Mutant(
         "a process alone in line passes the lock on for ever",
@@ -689,7 +691,7 @@ MUTANTS = [
         "        self._streaks.keep(key, queue)  # the lock may stay with us: its streak goes on\n",
         "",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_order.py::"
             "test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_streak",
         ),
     ),
@@ -699,7 +701,7 @@ MUTANTS = [
         "            if valid:  # (an expired hold's release: the lock may be with another",
         "            if True:  # (an expired hold's release: the lock may be with another",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_order.py::"
             "test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_streak",
         ),
     ),
@@ -709,7 +711,7 @@ MUTANTS = [
         "if released == 1 or not holder then",
         "if released == 1 then",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_order.py::"
             "test_a_release_that_finds_its_lock_expired_still_names_the_next_in_line",
         ),
     ),
@@ -723,7 +725,7 @@ MUTANTS = [
         "        redis.call('publish', KEYS[1] .. ':released', 's')\n"
         "    end\n    return redis.call('pexpire'",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_order.py::"
             "test_a_lock_shortened_and_left_to_expire_wakes_the_other_processes_waiters[extend]",
         ),
     ),
@@ -751,7 +753,7 @@ MUTANTS = [
         "    end\n    redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])",
         "    redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_order.py::"
             "test_a_lock_shortened_and_left_to_expire_wakes_the_other_processes_waiters[handed-on]",
         ),
     ),
@@ -761,7 +763,7 @@ MUTANTS = [
         "            polling = queue.polling()\n",
         "            polling = False\n",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_pubsub.py::"
             "test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering",
         ),
     ),
@@ -772,7 +774,7 @@ MUTANTS = [
         "ipairs(redis.call('zrangebyscore', KEYS[3], ARGV[2], ARGV[2])) do",
         "ipairs(ARGV[7] and redis.call('zrangebyscore', KEYS[3], ARGV[2], ARGV[2]) or {}) do",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_pubsub.py::"
             "test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering",
         ),
     ),
@@ -782,7 +784,7 @@ MUTANTS = [
         "back = queue.holding_back(clock=self._clock)",
         "back = 0.0",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_pubsub.py::"
             "test_where_pubsub_is_refused_a_head_holding_back_holds_back_again_if_we_give_way_again",
         ),
     ),
@@ -792,7 +794,7 @@ MUTANTS = [
         "        return offer is not None and offer.claimed  # claimed meanwhile",
         "        return False  # claimed meanwhile",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_heads.py::"
             "test_a_head_holding_back_that_a_release_of_ours_hands_the_lock_sends_nothing_of_its_own",
         ),
     ),
@@ -802,9 +804,9 @@ MUTANTS = [
         "        if self.offering and self._head() is None:\n",
         "        if False:\n",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_pubsub.py::"
             "test_a_head_that_learns_pubsub_is_refused_after_offering_withdraws_the_offer_at_once",
-            "tests/test_turns.py::"
+            "tests/turns/test_pubsub.py::"
             "test_a_head_whose_pubsub_is_refused_after_its_offer_was_firm_withdraws_it",
         ),
     ),
@@ -817,7 +819,9 @@ MUTANTS = [
         "                wake()  # our turn, granted to a used offer: our head tries\n",
         "            if node not in taken_on:\n"
         "                give_back(self._quorum, key, token, only=node)\n",
-        ("tests/test_turns.py::test_a_grant_to_an_offer_already_taken_and_let_go_is_given_back",),
+        (
+            "tests/turns/test_order.py::test_a_grant_to_an_offer_already_taken_and_let_go_is_given_back",
+        ),
     ),
     Mutant(
         "a lost lock's token stays noted as held (Grants._held grows)",
@@ -831,14 +835,18 @@ MUTANTS = [
         "waiting.py",
         "            self._streaks.seen(key, alone=alone)\n",
         "            pass\n",
-        ("tests/test_turns.py::test_a_process_that_saw_nobody_in_line_gives_way_once_others_join",),
+        (
+            "tests/turns/test_order.py::test_a_process_that_saw_nobody_in_line_gives_way_once_others_join",
+        ),
     ),
     Mutant(
         "a release that wakes a busy head goes on believing its process alone in line",
         "waiting.py",
         "queue.alone = False  # (nothing read the line",
         "pass  # (nothing read the line",
-        ("tests/test_turns.py::test_a_process_that_saw_nobody_in_line_gives_way_once_others_join",),
+        (
+            "tests/turns/test_order.py::test_a_process_that_saw_nobody_in_line_gives_way_once_others_join",
+        ),
     ),
     Mutant(
         "a handle reads owned while its own release is in flight",
@@ -854,7 +862,7 @@ MUTANTS = [
         "            queue.local_streak = 0\n",
         "        queue.local_streak = 0\n",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_order.py::"
             "test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_streak",
         ),
     ),
@@ -864,7 +872,7 @@ MUTANTS = [
         "                    if tentative == '' then\n",
         "                    if true then\n",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_pubsub.py::"
             "test_a_grant_unheard_because_our_subscription_is_not_in_place_yet_keeps_us_in_line",
         ),
     ),
@@ -874,7 +882,7 @@ MUTANTS = [
         "        tentative = not self._offer_is_firm()\n",
         "        tentative = False\n",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_pubsub.py::"
             "test_a_grant_unheard_because_our_subscription_is_not_in_place_yet_keeps_us_in_line",
         ),
     ),
@@ -883,7 +891,9 @@ MUTANTS = [
         "waiting.py",
         "        if grants is not None and self._turns is not None:\n",
         "        if False:\n",
-        ("tests/test_turns.py::test_a_process_subscribes_to_its_grants_before_it_joins_the_line",),
+        (
+            "tests/turns/test_pubsub.py::test_a_process_subscribes_to_its_grants_before_it_joins_the_line",
+        ),
     ),
     Mutant(
         "a tentative offer stays tentative until the entry's next refresh",
@@ -891,7 +901,7 @@ MUTANTS = [
         "        if self._tentative and self._refresh is not None and self._offer_is_firm():\n",
         "        if False:\n",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_pubsub.py::"
             "test_a_tentative_offer_is_made_firm_as_soon_as_every_node_confirms",
         ),
     ),
@@ -912,7 +922,7 @@ MUTANTS = [
         "        if self.gave_way is None:\n            self.wake.set()\n",
         "        if True:\n            self.wake.set()\n",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_heads.py::"
             "test_a_head_whose_subscription_is_confirmed_as_its_process_gives_way_does_not_try",
         ),
     ),
@@ -945,7 +955,7 @@ MUTANTS = [
         "        if message == SHORTENED:\n            self._wake_unless_given_way()\n",
         "        if message == SHORTENED:\n            self.wake.set()\n",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_heads.py::"
             "test_a_shortening_heard_after_its_process_gives_way_does_not_wake_the_head",
         ),
     ),
@@ -955,7 +965,7 @@ MUTANTS = [
         "        queue.wake.clear()  # (stale: see above)\n",
         "",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_heads.py::"
             "test_a_head_woken_before_its_process_gives_way_does_not_try_again_after_it",
         ),
     ),
@@ -968,7 +978,7 @@ MUTANTS = [
         "        if not valid and queue.gave_way is not None:\n",
         "        if False:\n",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_pubsub.py::"
             "test_where_pubsub_is_refused_an_expired_holds_late_release_leaves_the_turn_given",
         ),
     ),
@@ -978,7 +988,7 @@ MUTANTS = [
         "        self.missed_release()\n        if self.subscribed:\n",
         "        self.wake.set()\n        if self.subscribed:\n",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_pubsub.py::"
             "test_where_pubsub_is_refused_an_expired_holds_late_release_leaves_the_turn_given",
         ),
     ),
@@ -989,7 +999,7 @@ MUTANTS = [
         "            self.entry.taken_out(ours)\n",
         "",
         (
-            "tests/test_turns.py::test_a_process_whose_pubsub_connections_drop_joins_the_line_again_at_once",
+            "tests/turns/test_pubsub.py::test_a_process_whose_pubsub_connections_drop_joins_the_line_again_at_once",
         ),
     ),
     # The sixteenth session's fix (seed 281474985869760, one pub/sub connection dropped).
@@ -999,7 +1009,7 @@ MUTANTS = [
         "                ours[:] = [\n",
         "                _ = [\n",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_pubsub.py::"
             "test_a_process_whose_pubsub_connections_drop_offers_tentatively_until_they_are_back",
         ),
     ),
@@ -1009,7 +1019,7 @@ MUTANTS = [
         "back.add_done_callback(self._confirmed_again)\n",
         "back.cancel()\n",
         (
-            "tests/test_turns.py::"
+            "tests/turns/test_pubsub.py::"
             "test_a_process_whose_pubsub_connections_drop_offers_tentatively_until_they_are_back",
         ),
     ),
@@ -1104,7 +1114,7 @@ MUTANTS = [
         "if owed >= 0 and waiting:",
         (
             "tests/test_waiting.py::test_a_subscription_made_again_waits_for_its_own_confirmation",
-            "tests/test_turns.py::"
+            "tests/turns/test_pubsub.py::"
             "test_a_process_whose_queue_fills_again_as_its_confirmations_lag_stays_in_line",
         ),
     ),

@@ -1,0 +1,1 @@
+"""Turns across processes (aiolock/_waiting/turns.py), on real servers."""
