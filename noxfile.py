@@ -62,8 +62,8 @@ def tests(session: nox.Session) -> None:
     """The whole test suite against real servers started by the suite, on each Python."""
     session.install("-e", ".[test]")
     # On every core, a file's tests on one worker (each worker starts its own servers);
-    # the slowest tests are listed: the default nox is kept under 10 minutes on 2 cores.
-    default = [*PARALLEL, "--durations=20"]
+    # the slowest tests are listed. The long chaos runs (marked slow) are `nox -s chaos`'s.
+    default = [*PARALLEL, "--durations=20", "-m", "not slow"]
     session.run("python", "-m", "pytest", *(session.posargs or default))
 
 
@@ -177,7 +177,10 @@ def bench_short(session: nox.Session) -> None:
 
 @nox.session
 def chaos(session: nox.Session) -> None:
-    """The chaos test, long: `nox -s chaos -- 120` for two minutes (default 60 s)."""
+    """The chaos tests, all three modes (the default nox runs the short `expire` one).
+
+    `nox -s chaos -- 120` runs each for two minutes (default: 60 s).
+    """
     session.install("-e", ".[test]")
     seconds = session.posargs[0] if session.posargs else "60"
     session.run(

@@ -26,8 +26,9 @@ ttl), delays and blackholes nodes. Two modes:
   connections for 0 to 3 x ``node_timeout`` (sometimes ttl/2), delays pub/sub messages,
   drops one connection, black-holes a node. The checker is renew mode's, unchanged.
 
-Short by default (``expire`` 12 s, ``renew`` and ``delay`` 60 s);
-``AIOLOCK_CHAOS_SECONDS=600`` (or ``nox -s chaos -- 600``) for a long run of each.
+Short by default (``expire`` 12 s, ``renew`` and ``delay`` 60 s). The default ``nox``
+runs ``expire`` only, as a smoke run; ``nox -s chaos`` runs all three
+(``nox -s chaos -- 600``, or ``AIOLOCK_CHAOS_SECONDS=600``, for a long run of each).
 ``AIOLOCK_CHAOS_SEED`` replays a nemesis's choices (the processes' timing still varies);
 ``AIOLOCK_CHAOS_DUMP=DIR`` writes every section of a mode to ``DIR/MODE.json``.
 """
@@ -391,6 +392,7 @@ def _shown(violation: str, *sections: dict[str, Any]) -> str:
     return "\n".join([violation, *(json.dumps(s, sort_keys=True) for s in sections)])
 
 
+@pytest.mark.slow
 async def test_chaos_with_renewal_and_majority_pauses(servers: Servers) -> None:
     sections, errors, nemesis = await _run_chaos(servers, "renew", RENEW_SECONDS)
     stats = check_renewed(sections)
@@ -408,6 +410,7 @@ async def test_chaos_with_renewal_and_majority_pauses(servers: Servers) -> None:
     assert nemesis.injected["restart_majority"] >= 1
 
 
+@pytest.mark.slow
 async def test_chaos_with_late_messages(servers: Servers) -> None:
     """Issue 31: the renew checker, unchanged, while the nemesis makes messages late."""
     sections, errors, nemesis = await _run_chaos(servers, "delay", RENEW_SECONDS)
