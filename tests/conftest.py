@@ -22,6 +22,8 @@ import aiolock._waiting.turns
 from aiolock._bench._common import evalsha_calls
 from aiolock.testing import Server, Servers, redis_servers
 
+from . import seam
+
 T = TypeVar("T")
 
 
@@ -199,7 +201,7 @@ async def tokens_on(clients: list[redis.Redis], name: str) -> list[bytes | None]
 
 def count_attempts(manager: aiolock.LockManager) -> list[int]:
     """Counts the acquire attempts ``manager`` sends (one each to every node)."""
-    quorum = manager._engine.quorum
+    quorum = seam.engine(manager).quorum
     attempt = quorum.acquire
     count = [0]
 
@@ -278,7 +280,7 @@ class TurnScripts:
         """Count from now what ``managers`` send."""
         self.sent = 0
         for manager in managers:
-            turns = manager._engine.turns
+            turns = seam.engine(manager).turns
             assert turns is not None
             send = turns.broadcast
 

@@ -33,6 +33,7 @@ from aiolock._lua import (
 from aiolock._waiting.grants import GRANT_WAIT, Grants
 from aiolock._waiting.taker import Taker
 
+from . import seam
 from .conftest import TurnScripts, count_attempts, key, members_on, scripts_run, two_in_line
 
 WORKER = Path(__file__).parent / "turns_worker.py"
@@ -63,7 +64,7 @@ async def _next(pubsub: Any) -> Any:
 
 def _heard_through(manager: LockManager, hook: Callable[..., None]) -> None:
     """Route what ``manager`` hears on each node through ``hook(deliver, channel, message)``."""
-    for subscriber in manager._engine.waiting._subscribers:
+    for subscriber in seam.engine(manager).waiting._subscribers:
         deliver = subscriber._on_message  # type: ignore[attr-defined]
         subscriber._on_message = (  # type: ignore[attr-defined]
             lambda channel, message, deliver=deliver: hook(deliver, channel, message)
@@ -139,9 +140,9 @@ async def test_a_grant_to_a_killed_process_is_undone_and_the_others_try_at_once(
         assert message is not None
         assert message["data"] == b""
         assert waited < aiolock._waiting.turns.FALLBACK * 0.6
-        assert waiter_side._engine.turns is not None
+        assert seam.engine(waiter_side).turns is not None
         members = [await c.zrange(key(name) + ":turns", 0, -1) for c in clients]
-        assert all(line in ([], [waiter_side._engine.turns.member]) for line in members)
+        assert all(line in ([], [seam.member(waiter_side)]) for line in members)
         await waiter.release()
 
 

@@ -22,6 +22,8 @@ from aiolock import LockManager, LockNotOwned
 from aiolock._core.batch import BATCH_LIMIT
 from aiolock._core.checks import MAX_NAME_BYTES, MAX_SEMAPHORE_LIMIT, MAX_TTL
 
+from . import seam
+
 #: Five times the default: generous enough for a busy 2-core box (a test must not flake),
 #: far below what an oversized request held the others up for (0.3 s, issue 19).
 NODE_TIMEOUT = 0.25
@@ -129,7 +131,7 @@ async def settled(locks: LockManager) -> None:
     key read on one node, just after the release returned)."""
     loop = asyncio.get_running_loop()
     replies: list[asyncio.Future[Any]] = []
-    for node in locks._engine.nodes:  # (each node's connection is ordered)
+    for node in seam.nodes(locks):  # (each node's connection is ordered)
         reply: asyncio.Future[Any] = loop.create_future()
         node.call((b"PING",), reply.set_result)
         replies.append(reply)
@@ -175,7 +177,7 @@ async def test_any_argument_gives_a_clean_cycle_or_an_error_before_any_io(  # no
 ) -> None:
     async with LockManager(urls, node_timeout=NODE_TIMEOUT) as locks:
         sent = 0
-        quorum = locks._engine.quorum
+        quorum = seam.engine(locks).quorum
         original = quorum.acquire
 
         async def counted(*args: Any, **kwargs: Any) -> Any:
@@ -255,7 +257,7 @@ async def test_each_script_stays_fast_at_the_largest_arguments(urls: list[str]) 
             # A renewal batch of BATCH_LIMIT of the biggest names, as the renewer sends it.
             items = [(one._hold.key, one._hold.token, 600.0) for one in held if one._hold]
             await client.config_resetstat()
-            batch = await locks._engine.renewal_quorum.extend_many(items, budget=5.0)
+            batch = await seam.engine(locks).renewal_quorum.extend_many(items, budget=5.0)
             assert batch.yes == [1] * BATCH_LIMIT
             renewal = (await client.info("commandstats"))["cmdstat_evalsha"]
             # Acquire, extend and release of the biggest name.

@@ -24,6 +24,7 @@ import aiolock._waiting.lease
 from aiolock import LockManager, QuorumError
 from aiolock.testing import Servers, nemesis, script
 
+from . import seam
 from .conftest import in_line, key
 
 pytestmark = pytest.mark.timeout(60)
@@ -261,7 +262,7 @@ async def test_a_late_grant_of_a_token_still_held_and_forgotten_is_left_alone(
         net[4].delay_replies(math.inf, links=lambda link: link.kind == "pubsub")
         await first.release()
         assert await task
-        grants = waiting._engine.grants
+        grants = seam.engine(waiting).grants
         assert grants is not None
         # Churn: handoffs within the waiting process on another name, each a PASS_ON
         # whose taker's token is remembered as taken, until the grant's is forgotten.
@@ -366,7 +367,7 @@ async def test_tokens_held_are_forgotten_when_detached_or_left_to_expire(
     # Grants._held is exact (late grants of a token in it are never given back), so it
     # must not keep what is no longer held here: a detached lock (issue 31: it grew
     # without bound), and a lock left to expire whose handle acquires again.
-    grants = locks._engine.grants
+    grants = seam.engine(locks).grants
     assert grants is not None
     for _ in range(20):
         waiter = await _taken_through_the_queue(locks, name, ttl=5.0)
@@ -391,7 +392,7 @@ async def test_a_lost_locks_token_is_forgotten_though_its_handle_is_dropped(
     # dropped after detach() said LockNotOwned, stayed in Grants._held for good: a token
     # leaked per such loss, and a late grant of it would have been kept (left on the
     # node until its ttl) instead of given back.
-    grants = locks._engine.grants
+    grants = seam.engine(locks).grants
     assert grants is not None
     waiter = await _taken_through_the_queue(locks, name, ttl=1.0, auto_renew=True)
     assert len(grants._held) == 1
@@ -420,8 +421,8 @@ async def test_offers_forgotten_cost_a_wait_never_a_second_holder(
         waiter = second.lock(name, ttl=1.0)
         task = asyncio.create_task(waiter.acquire(timeout=10))
         await in_line(clients, name, 1)
-        assert second._engine.turns is not None
-        assert second._engine.turns._offers == {}
+        assert seam.engine(second).turns is not None
+        assert seam.engine(second).turns._offers == {}
         async with watching(clients, name) as watch:
             watch.handles.extend([holder, waiter])
             await holder.release()
@@ -451,7 +452,7 @@ async def test_a_renewal_batch_sends_one_chunk_at_a_time_on_the_shared_connectio
 
         net[0].hold(note, 0.0)
         items = [(f"{name}:{i}".encode(), b"t", 5.0) for i in range(2 * BATCH_LIMIT + 1)]
-        batch = asyncio.create_task(locks._engine.renewal_quorum.extend_many(items, budget=5))
+        batch = asyncio.create_task(seam.engine(locks).renewal_quorum.extend_many(items, budget=5))
         await asyncio.sleep(0)  # the first chunk is written
         assert (await locks.lock(f"{name}-other", ttl=5).acquire(timeout=0)) is True
         await batch

@@ -302,3 +302,18 @@ def test_cancellation_is_shielded_only_through_the_one_helper() -> None:
         if "CancelScope(shield" in line or "asyncio.shield(" in line
     ]
     assert elsewhere == []
+
+
+def test_the_tests_reach_a_managers_engine_only_through_the_seam() -> None:
+    # tests/seam.py is the one door (the simulation, which drives the engine itself,
+    # and the named mutants, which quote the library's code, aside).
+    tests = Path(__file__).resolve().parent
+    aside = {"seam.py", "mutants.py", "test_layout.py"}
+    reaching = [
+        f"{path.relative_to(tests)}:{n}"
+        for path in sorted(tests.rglob("*.py"))
+        if path.name not in aside and "sim" not in path.relative_to(tests).parts
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if "._engine" in line.replace("aiolock._engine", "")
+    ]
+    assert reaching == []

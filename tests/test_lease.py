@@ -19,6 +19,7 @@ from aiolock._core.votes import Attempt, Votes, is_taken
 from aiolock._waiting.handoff import reserved
 from aiolock._waiting.waiting import Outcome, Taker
 
+from . import seam
 from .conftest import TurnScripts, elsewhere, key, scripts_run, settled_keys
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ async def test_a_lease_hands_out_reserved_tokens_above_any_later_holder_s_floor(
     for client in clients:
         await client.delete(key(name))
     async with LockManager(urls) as later:
-        later._engine.quorum.wall_clock = lambda: 0.0
+        seam.engine(later).quorum.wall_clock = lambda: 0.0
         lock = later.lock(name, ttl=5, auto_renew=False)
         assert await lock.acquire(timeout=5)
         assert (lock.fencing_token or 0) > last

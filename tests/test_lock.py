@@ -13,6 +13,7 @@ from aiolock import LockManager, LockNotOwned, LockTimeout, QuorumError
 from aiolock._core.hold import Extension, Hold
 from aiolock.testing import Server, Servers
 
+from . import seam
 from .conftest import elsewhere, key, settled, settled_keys, tokens_on
 from .faults import proxies
 
@@ -539,7 +540,7 @@ async def test_first_acquires_of_an_unentered_manager_wait_for_connections(
 
 
 def _held(locks: LockManager, expires_in: float) -> Hold:
-    now = locks._engine.clock()
+    now = seam.engine(locks).clock()
     return Hold(
         "n",
         b"k",
@@ -555,14 +556,14 @@ def _held(locks: LockManager, expires_in: float) -> Hold:
 def test_two_extensions_in_flight_leave_the_earlier_expiry_whatever_the_order() -> None:
     locks = LockManager(["redis://127.0.0.1:1"])  # no I/O here
     drift = 9.0 * locks.drift_factor + 0.002
-    expiry = locks._engine.quorum.expiry  # start + ttl - drift
+    expiry = seam.engine(locks).quorum.expiry  # start + ttl - drift
 
     def settle(hold: Hold, extension: Extension, start: float, ttl: float, *, won: bool) -> None:
         hold.end_extension(extension, start, expiry(start, ttl), ttl, won=won)
 
     for first in ("renewal", "extend"):
         hold = _held(locks, 9.0)
-        start = locks._engine.clock()
+        start = seam.engine(locks).clock()
         in_flight = {"renewal": (hold.begin_extension(), 9.0)}
         in_flight["extend"] = (hold.begin_extension(), 1.0)
         for which in (first, "extend" if first == "renewal" else "renewal"):
@@ -575,7 +576,7 @@ def test_two_extensions_in_flight_leave_the_earlier_expiry_whatever_the_order() 
     # settles, and the validity is the earlier of the two.
     hold = _held(locks, 2.0)
     before = hold.expires_at
-    start = locks._engine.clock()
+    start = seam.engine(locks).clock()
     shorter, longer = hold.begin_extension(), hold.begin_extension()
     settle(hold, longer, start, 9.0, won=True)
     assert hold.expires_at == before
@@ -588,7 +589,7 @@ def test_two_extensions_in_flight_leave_the_earlier_expiry_whatever_the_order() 
     assert hold.extensions == []
     # Alone, a confirmed extension sets the validity, shorter or longer.
     hold = _held(locks, 9.0)
-    start = locks._engine.clock()
+    start = seam.engine(locks).clock()
     settle(hold, hold.begin_extension(), start, 1.0, won=True)
     assert hold.expires_at == pytest.approx(start + 1.0 - (1.0 * locks.drift_factor + 0.002))
     settle(hold, hold.begin_extension(), start, 9.0, won=True)

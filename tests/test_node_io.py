@@ -12,13 +12,14 @@ from aiolock import LockManager
 from aiolock._io.node import MIN_STALL_TIMEOUT, Node
 from aiolock._lua import Script
 
+from . import seam
 from .faults import proxies
 from .faults.proxy import Mode
 
 
 async def _connected(manager: LockManager) -> Node:
     """The manager's first node, connected."""
-    node = manager._engine.nodes[0]
+    node = seam.nodes(manager)[0]
     assert isinstance(node, Node)
     await node.connect()
     return node
@@ -26,8 +27,8 @@ async def _connected(manager: LockManager) -> Node:
 
 def _count_writes(manager: LockManager) -> list[int]:
     """Count, per node, the writes to its connection from now on (a test's wiretap)."""
-    counts = [0] * len(manager._engine.nodes)
-    for i, node in enumerate(manager._engine.nodes):
+    counts = [0] * len(seam.nodes(manager))
+    for i, node in enumerate(seam.nodes(manager)):
         assert isinstance(node, Node)
         transport = node._transport
         assert transport is not None
@@ -102,7 +103,7 @@ async def test_a_script_first_used_on_a_connection_runs_in_the_order_it_was_writ
     # (test_semaphore_waiter_is_woken_by_a_release failed about one run in three).
     setter = Script(b"redis.call('set', KEYS[1], ARGV[1]) return 1")
     async with LockManager(urls[:1], restart_grace=0) as locks:
-        node = locks._engine.nodes[0]
+        node = seam.nodes(locks)[0]
         assert isinstance(node, Node)
         loop = asyncio.get_running_loop()
         replies: list[asyncio.Future[Any]] = [loop.create_future() for _ in range(3)]

@@ -10,6 +10,7 @@ import redis.asyncio as redis
 
 from aiolock import LockLost, LockManager, LockNotOwned
 
+from . import seam
 from .conftest import elsewhere, key, settled_keys
 
 
@@ -148,7 +149,7 @@ async def test_a_lock_released_from_another_task_frees_the_name_for_its_task(
 async def test_released_names_are_forgotten_by_the_task_bookkeeping(
     locks: LockManager, name: str
 ) -> None:
-    holds = locks._engine.tasks._by_task  # a long-lived task must not accumulate entries
+    holds = seam.engine(locks).tasks._by_task  # a long-lived task must not accumulate entries
     task = asyncio.current_task()
     assert task is not None
     for i in range(5):

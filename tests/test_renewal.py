@@ -18,6 +18,7 @@ from aiolock import LockLost, LockManager, LockNotOwned, QuorumError
 from aiolock._quorum.renewal import Renewal
 from aiolock.testing import Server, Servers
 
+from . import seam
 from .conftest import key, scripts_run
 from .faults import Mode, proxies
 
@@ -357,7 +358,7 @@ async def test_a_renewal_with_a_minority_gone_and_nodes_hung_is_not_a_majority_g
 
 def _first_batch_fails(locks: LockManager, monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """Make the first renewal batch raise; returns the list of when batches were sent."""
-    quorum = locks._engine.renewal_quorum
+    quorum = seam.engine(locks).renewal_quorum
     original = quorum.extend_many
     sent: list[float] = []
 
@@ -421,7 +422,7 @@ async def test_a_renewal_failing_at_once_past_its_deadline_is_given_up_not_retri
         assert lock._hold is not None
         renewal = lock._hold.renewal
         assert isinstance(renewal, Renewal)
-        quorum = locks._engine.renewal_quorum
+        quorum = seam.engine(locks).renewal_quorum
         for node in quorum.nodes:  # a back-off that outlasts the test: failing at once
             monkeypatch.setattr(node, "_backoff", 30.0)
         passes: list[float] = []  # when each renewal pass began, on the renewer's clock
@@ -498,7 +499,7 @@ async def test_a_renewal_confirmed_past_its_deadline_does_not_bring_the_lock_bac
     # the task: its next acquire of the name raised RuntimeError. Loss is decided by the
     # clock: a deadline that has passed is final.
     async with LockManager(urls, node_timeout=0.05) as locks:
-        quorum = locks._engine.renewal_quorum
+        quorum = seam.engine(locks).renewal_quorum
         extend_many = quorum.extend_many
         seen: list[float] = []  # the remaining() the holder read in the stall's last instant
 
@@ -720,7 +721,7 @@ async def test_a_renewal_batch_split_into_several_calls_counts_each_reply_for_it
         assert held[30]._hold is not None
         await clients[0].set(held[30]._hold.key, b"someone-else")
         items = [(one._hold.key, one._hold.token, 1.2) for one in held if one._hold]
-        batch = await locks._engine.renewal_quorum.extend_many(items, budget=1.0)
+        batch = await seam.engine(locks).renewal_quorum.extend_many(items, budget=1.0)
         assert batch.yes == [5] * 30 + [4] + [5] * 9
         assert batch.missing == {30: [0]}
         assert batch.failed == [0] * 40

@@ -21,6 +21,7 @@ from aiolock._io.pubsub import Subscriber
 from aiolock._waiting.waiting import Outcome, Taker
 from aiolock.testing import Server, Servers, command, nemesis, script
 
+from . import seam
 from .conftest import TurnScripts, count_attempts, elsewhere, key, scripts_run, settled_keys
 
 
@@ -43,11 +44,11 @@ async def test_waiters_acquire_in_fifo_order(locks: LockManager, name: str) -> N
     for i in range(8):
         tasks.append(asyncio.create_task(waiter(i)))
         await asyncio.sleep(0.02)  # queue them in a known order
-    assert locks._engine.waiting.waiters(locks._engine.key(name)) == 8
+    assert seam.waiters(locks, seam.engine(locks).key(name)) == 8
     await holder.release()
     await asyncio.gather(*tasks)
     assert order == list(range(8))
-    assert locks._engine.waiting.waiters(locks._engine.key(name)) == 0
+    assert seam.waiters(locks, seam.engine(locks).key(name)) == 0
 
 
 async def test_release_wakes_waiter_in_another_manager_at_once(urls: list[str], name: str) -> None:
@@ -139,7 +140,7 @@ async def test_waiter_timeout_leaves_queue_and_others_proceed(
     assert await elsewhere(impatient.acquire(timeout=0.3)) is False
     assert 0.25 < time.monotonic() - started < 3.0
     assert not impatient.owned
-    assert locks._engine.waiting.waiters(locks._engine.key(name)) == 1
+    assert seam.waiters(locks, seam.engine(locks).key(name)) == 1
     assert [await c.get(key(name)) for c in clients] == [holder_token] * 5
     await holder.release()
     assert await patient
@@ -160,7 +161,7 @@ async def test_cancelled_head_passes_its_turn_on(locks: LockManager, name: str) 
     assert await asyncio.wait_for(second, 5)
     assert second_lock.owned
     await second_lock.release()
-    assert locks._engine.waiting.waiters(locks._engine.key(name)) == 0
+    assert seam.waiters(locks, seam.engine(locks).key(name)) == 0
 
 
 async def test_commands_per_handoff_do_not_grow_with_waiters(
@@ -255,7 +256,7 @@ async def test_waiters_listen_on_n_minus_quorum_plus_one_nodes_and_hear_every_re
     servers: Servers, clients: list[redis.Redis], name: str
 ) -> None:
     async with LockManager(servers) as holder_side, LockManager(servers) as waiter_side:
-        listened = [s.name for s in waiter_side._engine.waiting._listeners(key(name).encode())]
+        listened = [s.name for s in seam.engine(waiter_side).waiting._listeners(key(name).encode())]
         assert len(listened) == 3  # of 5: any quorum of 3 shares one of them
         holder = holder_side.lock(name, ttl=30)
         assert await holder.acquire(timeout=0)
@@ -315,10 +316,10 @@ async def test_a_local_handoff_nobody_took_is_announced_as_free(
     waiter = asyncio.create_task(locks.lock(name, ttl=30).acquire(timeout=10))
     await asyncio.sleep(0.2)  # queued, tried once, asleep
     announced: list[bytes] = []
-    locks._engine.waiting._announce = announced.append  # type: ignore[method-assign]
+    seam.engine(locks).waiting._announce = announced.append  # type: ignore[method-assign]
     channel = key(name).encode() + b":released"
     # The lock is promised to the local waiter, which leaves before trying.
-    assert locks._engine.waiting.released(key(name).encode())
+    assert seam.engine(locks).waiting.released(key(name).encode())
     waiter.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await waiter
@@ -601,8 +602,8 @@ async def test_a_waiter_not_in_line_gets_the_lock_from_a_process_alone_in_line(
     # Cluster's, or an older aiolock's) is not in the turn queue: the local handoffs of
     # a process alone in line stop after LONE_STREAK, and it gets its chance.
     async with LockManager(urls) as busy, LockManager(urls) as outside:
-        outside._engine.turns = None
-        outside._engine.waiting._turns = None
+        seam.engine(outside).turns = None
+        seam.engine(outside).waiting._turns = None
         done = asyncio.Event()
         running = asyncio.create_task(_sections(busy, name, tasks=4, each=100_000, done=done))
         try:

@@ -178,24 +178,14 @@ class Quorum:
         others): when it needs keys that only the node knows, it says which, and
         ``keys_asked`` reads them from its reply; the request is then sent again to
         that node with those keys appended (at most ``MAX_KEY_ROUNDS`` times, see
-        ``_connection``; then the node counts as "held", holder's ttl unknown).
+        ``keys_asked.py``; then the node counts as "held", holder's ttl unknown).
         ``cleanup``: how the clean-up releases, when not with ``RELEASE``: the script,
         its keys after ``key``, its arguments after the token (the message last).
         """
         fence_key = fence_key_of(key) if fence_key is None else fence_key
         retention = b"%d" % milliseconds(fence_retention(ttl))
-        # The same floor for every node: in the usual case each returns exactly it.
-        floor = b"%d" % int(self.wall_clock() * 1_000_000)
-        args = (
-            b"%d" % (2 + len(more_keys)),
-            key,
-            fence_key,
-            *more_keys,
-            token,
-            b"%d" % milliseconds(ttl),
-            retention,
-            floor,
-            *more_args,
+        args = self._acquire_args(
+            key, fence_key, token, ttl, retention=retention, more=(more_keys, more_args)
         )
 
         def send(node: NodeLike, callback: Callback) -> None:
@@ -221,6 +211,41 @@ class Quorum:
             expires_at = self.expiry(start, ttl)
             if expires_at > self.clock():
                 return Attempt(votes, expires_at, fence, start)
+        return await self._failed(votes, key, token, cleanup)
+
+    def _acquire_args(
+        self,
+        key: bytes,
+        fence_key: bytes,
+        token: bytes,
+        ttl: float,
+        *,
+        retention: bytes,
+        more: tuple[tuple[bytes, ...], tuple[bytes, ...]],
+    ) -> tuple[bytes, ...]:
+        """An acquire script's arguments (``numkeys``, its keys, then its ARGV).
+
+        ``more``: the keys and the arguments a script takes after the usual ones.
+        """
+        more_keys, more_args = more
+        # The same floor for every node: in the usual case each returns exactly it.
+        floor = b"%d" % int(self.wall_clock() * 1_000_000)
+        return (
+            b"%d" % (2 + len(more_keys)),
+            key,
+            fence_key,
+            *more_keys,
+            token,
+            b"%d" % milliseconds(ttl),
+            retention,
+            floor,
+            *more_args,
+        )
+
+    async def _failed(
+        self, votes: Votes, key: bytes, token: bytes, cleanup: Cleanup | None
+    ) -> Attempt:
+        """A lost attempt: released again on every node that may have taken the key."""
         maybe_taken = [i for i in range(self.n) if votes.verdicts[i] is not False]
         cleaned: tuple[int, ...] = ()
         if maybe_taken:

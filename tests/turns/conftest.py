@@ -35,6 +35,7 @@ import aiolock._waiting.waiting
 from aiolock import LockManager
 from aiolock._waiting.waiting import LOCAL_STREAK
 
+from .. import seam
 from ..conftest import in_line, key, scripts_run
 from ..test_failures import MINIMAL_ACL
 
@@ -78,7 +79,7 @@ async def _released_message(client: redis.Redis, name: str) -> Callable[[], Awai
 
 def _intercept(manager: LockManager, hook: Callable[[bytes, bytes], None]) -> Callable[..., None]:
     """Route ``manager``'s release messages through ``hook``; returns the original handler."""
-    waiting = manager._engine.waiting
+    waiting = seam.engine(manager).waiting
     on_message = waiting._on_message
     waiting._on_message = hook  # type: ignore[method-assign]
     for subscriber in waiting._subscribers:
@@ -261,7 +262,7 @@ async def _expired_then_taken(
     tries = _attempt_times(busy)
     head = busy.lock(name, ttl=30, auto_renew=False)
     head_waits = asyncio.create_task(head.acquire(timeout=20))
-    queues = busy._engine.waiting._queues
+    queues = seam.engine(busy).waiting._queues
     while not tries or key(name).encode() not in queues:  # it failed: then it polls
         await asyncio.sleep(0.001)
     queue = queues[key(name).encode()]
@@ -271,7 +272,7 @@ async def _expired_then_taken(
 
 def _attempt_times(manager: aiolock.LockManager) -> list[float]:
     """The times (``time.monotonic()``) of the acquire attempts ``manager`` sends."""
-    quorum = manager._engine.quorum
+    quorum = seam.engine(manager).quorum
     attempt = quorum.acquire
     times: list[float] = []
 

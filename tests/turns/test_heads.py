@@ -20,6 +20,7 @@ from aiolock import LockManager
 from aiolock._waiting.waiting import LOCAL_STREAK
 from aiolock.testing import nemesis
 
+from .. import seam
 from ..conftest import in_line, key, two_in_line
 from .conftest import (
     _as_refused,
@@ -41,7 +42,7 @@ async def test_a_head_cancelled_while_subscribing_leaves_its_place_in_line_to_th
     async with LockManager(urls) as holder_side, LockManager(urls) as locks:
         holder = holder_side.lock(name, ttl=30, auto_renew=False)
         assert await holder.acquire(timeout=0)
-        waiting = locks._engine.waiting
+        waiting = seam.engine(locks).waiting
         subscribe = waiting._subscribe
         gate = asyncio.Event()
 
@@ -81,11 +82,11 @@ async def test_a_head_that_leaves_as_its_process_gives_way_does_not_beat_the_pro
         holder = busy.lock(name, ttl=30, auto_renew=False)
         assert await holder.acquire(timeout=0)
         head = asyncio.create_task(busy.lock(name, ttl=30).acquire(timeout=20))
-        while busy._engine.waiting.waiters(queue) < 1:
+        while seam.waiters(busy, queue) < 1:
             await asyncio.sleep(0.001)
         behind = busy.lock(name, ttl=30, auto_renew=False)
         behind_waits = asyncio.create_task(behind.acquire(timeout=20))
-        while busy._engine.waiting.waiters(queue) < 2:
+        while seam.waiters(busy, queue) < 2:
             await asyncio.sleep(0.001)
         named = other.lock(name, ttl=30, auto_renew=False)
         named_waits = asyncio.create_task(named.acquire(timeout=20))
@@ -94,7 +95,7 @@ async def test_a_head_that_leaves_as_its_process_gives_way_does_not_beat_the_pro
         # that a waiter of the busy process trying at once wins every time; waiting
         # 50 ms first, it loses every time (without the delay: a race).
         _hears_late(other, 0.01)
-        waiting = busy._engine.waiting
+        waiting = seam.engine(busy).waiting
         released = waiting.released
 
         def gives_way(*args: Any, **kwargs: Any) -> Any:
@@ -140,12 +141,12 @@ async def test_a_named_process_that_holds_past_the_fallback_stays_in_line(
     monkeypatch.setattr(aiolock._waiting.turns.TurnEntry, "taken_out", noted)
     async with contextlib.AsyncExitStack() as stack:
         line = await two_in_line(stack, urls, clients, name)
-        named = line.first._engine.turns
+        named = seam.engine(line.first).turns
         assert named is not None
         # The first process has a second waiter: it wants the lock after this holding.
         again = line.first.lock(name, ttl=30, auto_renew=False)
         again_waits = asyncio.create_task(again.acquire(timeout=20))
-        while line.first._engine.waiting.waiters(key(name).encode()) < 2:
+        while seam.waiters(line.first, key(name).encode()) < 2:
             await asyncio.sleep(0.001)
         await line.holder.release()  # names the first process, which takes the lock
         assert await asyncio.wait_for(line.first_waits, 20)
@@ -195,7 +196,7 @@ async def test_a_named_process_taken_out_of_line_as_its_lock_expired_joins_again
         assert await asyncio.wait_for(line.second_waits, 20)
         assert not again_waits.done()
         turns = key(name) + ":turns"
-        member = named._engine.turns.member if named._engine.turns is not None else b""
+        member = seam.member(named) if seam.engine(named).turns is not None else b""
         deadline = time.monotonic() + 2.0  # (the next refresh is 5 s away)
         while True:
             scores = [await client.zscore(turns, member) for client in clients]

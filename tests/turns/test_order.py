@@ -23,6 +23,7 @@ import aiolock._waiting.waiting
 from aiolock import LockManager
 from aiolock._waiting.waiting import LOCAL_STREAK
 
+from .. import seam
 from ..conftest import count_attempts, in_line, key, two_in_line
 from .conftest import (
     WORKER,
@@ -60,7 +61,7 @@ async def test_processes_take_turns_in_the_order_they_queued(
             await in_line(clients, name, i + 1)  # joined behind the ones before
             await asyncio.sleep(0.01)  # a later place, also by the millisecond
         members = await in_line(clients, name, 3)
-        assert members == [m._engine.turns.member for m in waiting if m._engine.turns]
+        assert members == [seam.member(m) for m in waiting if seam.engine(m).turns]
         attempts = [count_attempts(manager) for manager in waiting]
         await holder.release()
         await asyncio.wait_for(asyncio.gather(*tasks), 20)
@@ -123,7 +124,7 @@ async def test_a_lost_turn_message_costs_about_one_refresh_interval(
         await line.holder.release()
         assert await asyncio.wait_for(second_waits, 20)
         waited = time.monotonic() - released
-        assert set(lost) == {first._engine.turns.member if first._engine.turns else b""}
+        assert set(lost) == {seam.member(first) if seam.engine(first).turns else b""}
         assert not first_waits.done()
         # The second tried after FALLBACK: not at once, nor after the holder's PTTL.
         assert (
@@ -196,7 +197,7 @@ async def test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_st
                 assert not await asyncio.create_task(quitter.acquire(timeout=0.05))
             successor = busy.lock(name, ttl=30, auto_renew=False)
             takes = asyncio.create_task(successor.acquire(timeout=20))
-            while busy._engine.waiting.waiters(queue) == 0:
+            while seam.waiters(busy, queue) == 0:
                 await asyncio.sleep(0.001)
             if emptied_by == "stale-release-queued" and handoffs == LOCAL_STREAK:
                 with contextlib.suppress(aiolock.LockNotOwned):
@@ -230,7 +231,7 @@ async def test_a_process_that_saw_nobody_in_line_gives_way_once_others_join(
     # Either way the streak ran on to LONE_STREAK while the other process waited.
     async with LockManager(urls) as busy, LockManager(urls) as other:
         queue = key(name).encode()
-        real_attempt = busy._engine.quorum.acquire
+        real_attempt = seam.engine(busy).quorum.acquire
         attempts = blocked = 0
         passes = math.inf  # how many more attempts go through before the gate shuts
         gate = asyncio.Event()
@@ -247,7 +248,7 @@ async def test_a_process_that_saw_nobody_in_line_gives_way_once_others_join(
             finally:
                 attempts += own
 
-        busy._engine.quorum.acquire = gated  # type: ignore[method-assign]
+        seam.engine(busy).quorum.acquire = gated  # type: ignore[method-assign]
 
         async def tried(count: int) -> None:
             while attempts < count:
@@ -261,7 +262,7 @@ async def test_a_process_that_saw_nobody_in_line_gives_way_once_others_join(
         await tried(2)
         second = busy.lock(name, ttl=30, auto_renew=False)
         second_takes = asyncio.create_task(second.acquire(timeout=20))
-        while busy._engine.waiting.waiters(queue) < 2:
+        while seam.waiters(busy, queue) < 2:
             await asyncio.sleep(0.001)
         await in_line(clients, name, 1)  # the busy process's head, nobody else
         if handed == "woken":
@@ -289,7 +290,7 @@ async def test_a_process_that_saw_nobody_in_line_gives_way_once_others_join(
                     passes = 1
                     while blocked < waits:
                         await asyncio.sleep(0.001)
-                while busy._engine.waiting.waiters(queue) == 0:
+                while seam.waiters(busy, queue) == 0:
                     await asyncio.sleep(0.001)
             assert takes is not None
             await holder.release()
@@ -341,7 +342,7 @@ async def test_a_grant_to_an_offer_already_taken_and_let_go_is_given_back(
         # give-back names nobody, so A's last waiter, first now, may race B's for it
         # (fair: A's streak had room); its own attempts wait until B's waiter has it,
         # or the test would fail about 1 run in 15 on a busy machine.
-        attempt = side_a._engine.quorum.acquire
+        attempt = seam.engine(side_a).quorum.acquire
         b_took = asyncio.Event()
 
         async def after_b(*args: Any, **kwargs: Any) -> Any:
@@ -349,7 +350,7 @@ async def test_a_grant_to_an_offer_already_taken_and_let_go_is_given_back(
                 await b_took.wait()
             return await attempt(*args, **kwargs)
 
-        side_a._engine.quorum.acquire = after_b  # type: ignore[method-assign]
+        seam.engine(side_a).quorum.acquire = after_b  # type: ignore[method-assign]
         releasing = asyncio.create_task(taker.release())
         await asyncio.sleep(0)
         cancelled_waits.cancel()

@@ -20,6 +20,7 @@ from aiolock._core.keys import turn_keys
 from aiolock._lua import TURN_LEAVE_SCRIPT
 from aiolock.testing import command, nemesis
 
+from .. import seam
 from ..conftest import in_line, key
 from ..test_failures import MINIMAL_ACL
 from .conftest import (
@@ -129,7 +130,7 @@ async def test_a_grant_unheard_because_our_subscription_is_not_in_place_yet_keep
         second_waits = asyncio.create_task(second.acquire(timeout=20))
         offers = [await c.zrange(turns + ":offers", 0, -1) for c in clients]
         assert all(len(o) == 1 and o[0].split(b" ")[1].endswith(b"*") for o in offers), offers
-        member = waiter_side._engine.turns.member  # type: ignore[union-attr]
+        member = seam.member(waiter_side)  # type: ignore[union-attr]
         await holder.release()  # grants to the offer: nobody hears it, undone
         assert await asyncio.wait_for(first_waits, 20)  # (the release let all try)
         # Still in line on every node (on the old code: taken out of every line,
@@ -154,7 +155,7 @@ async def test_a_process_subscribes_to_its_grants_before_it_joins_the_line(
     # Subscribed only as it joined, its offer would be tentative every time, and sent
     # again once confirmed.
     async with LockManager(urls) as holder_side, LockManager(urls) as waiter_side:
-        waiting = waiter_side._engine.waiting
+        waiting = seam.engine(waiter_side).waiting
         join = waiting._join
         subscribed: list[bool] = []  # as it joins: already subscribed to the grants?
 
@@ -415,7 +416,7 @@ async def test_a_process_whose_pubsub_connections_drop_offers_tentatively_until_
         LockManager(net.urls, node_timeout=0.05) as waiter_side,
     ):
         holder, waiter, waits = await _waiting_behind(holder_side, waiter_side, clients, name)
-        member = waiter_side._engine.turns.member  # type: ignore[union-attr]
+        member = seam.member(waiter_side)  # type: ignore[union-attr]
         await _until_firm(clients, name)
         for proxy in net:  # the new connections' subscriptions do not get through (yet)
             proxy.hold(_grant_subscription, math.inf)

@@ -15,6 +15,8 @@ from aiolock._core.keys import fence_key, turn_keys
 from aiolock._lua import PASS_ON_SCRIPT, RELEASE_TURN_SCRIPT, Script
 from tests.sim.server import Store
 
+from .. import seam
+
 KEY = b"aiolock:{n}"
 TURNS = list(turn_keys(KEY))  # the queue, the entries' expiries, the offers
 LIFE = b"60000"
@@ -110,7 +112,7 @@ async def test_a_release_sends_its_process_place_in_line_and_member() -> None:
     # Without them the script names the first in line (the test above), not the next
     # after this process: the same process would be named again and again.
     locks = aiolock.LockManager(["redis://127.0.0.1:1"], restart_grace=0)
-    engine = locks._engine
+    engine = seam.engine(locks)
     sent: dict[str, Any] = {}
 
     async def release(key: bytes, token: bytes, **kwargs: Any) -> Any:
