@@ -170,30 +170,18 @@ class Quorum:
 
         A won attempt also gets a fencing token (see ``_core/fencing.py``). On failure
         (or cancellation) the key is released again on every node that may hold it,
-        and the clean-up is waited for before returning (or raising).
-
-        ``script`` (with ``more_keys`` and ``more_args`` after the usual ones) may
-        replace the plain acquire: the read-write lock's take other keys into account.
-        A script declares every key it touches (strict proxies and DragonflyDB refuse
-        others): when it needs keys that only the node knows, it says which, and
-        ``keys_asked`` reads them from its reply; the request is then sent again to
-        that node with those keys appended (at most ``MAX_KEY_ROUNDS`` times, see
-        ``keys_asked.py``; then the node counts as "held", holder's ttl unknown).
-        ``cleanup``: how the clean-up releases, when not with ``RELEASE``: the script,
-        its keys after ``key``, its arguments after the token (the message last).
+        and the clean-up is waited for before returning (or raising). ``script``, with
+        ``more_keys`` and ``more_args`` after the usual ones, replaces the plain acquire
+        (the read-write lock's); ``keys_asked`` reads the keys a reply asks to declare
+        (see ``keys_asked.py``); ``cleanup``: how the clean-up releases, when not with
+        ``RELEASE`` (the script, its keys after ``key``, its arguments after the token).
         """
         fence_key = fence_key_of(key) if fence_key is None else fence_key
         retention = b"%d" % milliseconds(fence_retention(ttl))
         args = self._acquire_args(
             key, fence_key, token, ttl, retention=retention, more=(more_keys, more_args)
         )
-
-        def send(node: NodeLike, callback: Callback) -> None:
-            if keys_asked is None:
-                node.call_script(script, args, callback)
-            else:
-                call_with_keys_asked(node, script, args, keys_asked, callback)
-
+        send = _sender(script, args, keys_asked)
         start = self.clock()
         try:
             # A node in its restart quarantine is still asked (its state catches up),
@@ -422,3 +410,12 @@ class Quorum:
         finally:
             timer.cancel()
         return batch
+
+
+def _sender(
+    script: Script, args: tuple[bytes, ...], keys_asked: Callable[[Any], Any] | None
+) -> Callable[[NodeLike, Callback], None]:
+    """How an attempt sends its script to one node (again with the keys a reply asks)."""
+    if keys_asked is None:
+        return lambda node, callback: node.call_script(script, args, callback)
+    return lambda node, callback: call_with_keys_asked(node, script, args, keys_asked, callback)
