@@ -63,7 +63,8 @@ def _redis_py(line: str) -> str:
 def tests(session: nox.Session) -> None:
     """The whole test suite against real servers started by the suite, on each Python."""
     session.install("-e", ".[test]")
-    # On every core (each worker starts its own servers); the slowest tests are listed. The long chaos runs (marked slow) are `nox -s chaos`'s.
+    # On every core (each worker starts its own servers); the slowest tests are listed.
+    # The long chaos runs (marked slow) are `nox -s chaos`'s.
     default = [*PARALLEL, "--durations=20", "-m", "not slow"]
     session.run("python", "-m", "pytest", *(session.posargs or default))
 
