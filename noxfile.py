@@ -198,7 +198,7 @@ def sim(session: nox.Session) -> None:
     `nox -s sim` searches for 30 minutes from a random seed and stops at the first
     failing one; `nox -s sim -- replay SEED`, `-- shrink SEED`, `-- search --seconds 300`,
     `-- mutants [NAME ...]` (see `python -m tests.sim --help`). Every run of the suite
-    searches a fixed budget of 2,000 schedules (tests/test_sim.py).
+    searches 1,500 schedules from fresh seeds (tests/test_sim.py).
     """
     session.install("-e", ".[test]")
     session.run("python", "-m", "tests.sim", *(session.posargs or ["search"]))
@@ -208,28 +208,13 @@ def sim(session: nox.Session) -> None:
 def determinism(session: nox.Session) -> None:
     """The simulation's histories, the same byte for byte on every Python version.
 
-    Each Python replays the same seeds (100 from 2**35, whose loop releases its
-    timers one at a time; 100 from 2**36, wall clocks apart; 100 from 2**37 (nudges,
-    liveness rules); 100 from 2**38 (pub/sub refused, one server given twice); 100
-    from 2**39 (runs focused on one part); 100 from 2**40 (foci on repair and on
-    stalls); 100 from 2**41 (a focus on lag); 100 from 2**42 (a process dies); 100
-    from 2**43 (extend() deadlines shorter than a round trip); 100 from 2**44
-    (subscriptions held back); 100 from 2**45 (the renewal in small chunks); 100
-    from 2**46 (each node a cluster of one master); 100 from 2**47 (sockets the
-    watchdog polls, connections gone silent); 100 from 2**48 (pub/sub connections
-    dropped in runs the liveness rules judge); 100 from 2**50 (runs focused on
-    handovers; none from 2**49, whose seed 2**49 + 50 differs between 3.11 and
-    3.12: testing.md, "Determinism"); 100 from 2**51 (bodies that end with an
-    extend()); none from 2**52 and 2**53 (releases split, lone streaks: 3 of their
-    first 200 seeds differ by a stall within a step, as 2**49 + 50 does: testing.md,
-    "Determinism"); every
-    seed kept as a test, with the faults it keeps) and writes their digests under
-    .nox/sim-digests/, keyed by a hash of the library's and the simulation's
-    sources; each compares its digests with those any other Python wrote for the
-    same sources.
-    `nox -s determinism` runs them all (3.11 to 3.13). (Seeds below 2**35 run
-    asyncio's batches: about 1 in 100 of them differs between versions;
-    docs/project/testing.md.)
+    Each Python replays the same schedules: 1,000 plans of the newest generator
+    (tests/sim/plan.py, version 2), 100 from each range of version 1 whose loop
+    releases its timers one at a time (2**35 to 2**51, but 2**49: testing.md,
+    "Determinism"), and every seed kept as a test, with the faults it keeps; it writes
+    their digests under .nox/sim-digests/, keyed by a hash of the library's and the
+    simulation's sources, and compares them with those any other Python wrote for
+    the same sources. `nox -s determinism` runs them all (3.11 to 3.13).
     """
     session.install("-e", ".[test]")
     sources = sorted([*Path("aiolock").rglob("*.py"), *Path("tests/sim").glob("*.py")])
@@ -237,23 +222,13 @@ def determinism(session: nox.Session) -> None:
     out = Path(".nox", "sim-digests", fingerprint)
     out.mkdir(parents=True, exist_ok=True)
     sim = ["python", "-m", "tests.sim", "digests"]
-    runs = [  # the one-timer loop; with wall clocks apart; every kept seed
-        session.run(*sim, "--first", str(2**35), "--count", "100", silent=True),
-        session.run(*sim, "--first", str(2**36), "--count", "100", silent=True),
-        session.run(*sim, "--first", str(2**37), "--count", "100", silent=True),
-        session.run(*sim, "--first", str(2**38), "--count", "100", silent=True),
-        session.run(*sim, "--first", str(2**39), "--count", "100", silent=True),
-        session.run(*sim, "--first", str(2**40), "--count", "100", silent=True),
-        session.run(*sim, "--first", str(2**41), "--count", "100", silent=True),
-        session.run(*sim, "--first", str(2**42), "--count", "100", silent=True),
-        session.run(*sim, "--first", str(2**43), "--count", "100", silent=True),
-        session.run(*sim, "--first", str(2**44), "--count", "100", silent=True),
-        session.run(*sim, "--first", str(2**45), "--count", "100", silent=True),
-        session.run(*sim, "--first", str(2**46), "--count", "100", silent=True),
-        session.run(*sim, "--first", str(2**47), "--count", "100", silent=True),
-        session.run(*sim, "--first", str(2**48), "--count", "100", silent=True),
-        session.run(*sim, "--first", str(2**50), "--count", "100", silent=True),
-        session.run(*sim, "--first", str(2**51), "--count", "100", silent=True),
+    version_1 = [*range(35, 49), 50, 51]  # (the ranges' exponents: plan.V1_FROM)
+    runs = [
+        session.run(*sim, "--first", "1", "--count", "1000", silent=True),
+        *(
+            session.run(*sim, "--version", "1", "--first", str(2**e), "--count", "100", silent=True)
+            for e in version_1
+        ),
         session.run(*sim, "--kept", silent=True),
     ]
     if not all(isinstance(out, str) for out in runs):

@@ -1118,6 +1118,15 @@ MUTANTS = [
             "test_a_process_whose_queue_fills_again_as_its_confirmations_lag_stays_in_line",
         ),
     ),
+    # The simulation's own guard, not the library's: with it gone, Kleppmann's scenario
+    # (tests/sim/kept.py, SCHEDULES) must show the stale write accepted.
+    Mutant(
+        "the fenced resource accepts a token lower than one it accepted",
+        "tests/sim/resource.py",
+        "accepted = token >= self.highest.get(name, token)",
+        "accepted = True",
+        ("tests/test_sim.py::test_named_mutants_are_caught_by_the_seeds_the_search_found",),
+    ),
 ]
 
 

@@ -42,9 +42,9 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from .kept import CAUGHT, kept
-from .run import Result, run, shape, shrink
-from .world import GRANTS_FROM
+from .kept import CAUGHT, SCHEDULES, kept, target
+from .plan import LATEST, Plan
+from .run import Result, Schedule, run, shape, shrink
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,7 +63,7 @@ def _show(result: Result, around: int) -> None:
         lines = lines[max(len(header), first - around) : first + 5]
     print("\n".join(lines))
     print(
-        f"seed {result.seed}: {'FAILED' if result.failed else 'ok'}, {result.holdings} "
+        f"seed {result.plan}: {'FAILED' if result.failed else 'ok'}, {result.holdings} "
         f"holdings, {len(result.faults)} faults, counts {result.counts}, digest {result.digest()}"
     )
     for problem in result.violations:
@@ -95,15 +95,15 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
-def _guarded(seed: int, keep: list[int] | None = None) -> Result | str:
-    """Play ``seed`` within the runaway limits: its result, or why it ran away.
+def _guarded(plan: Plan | Schedule, keep: list[int] | None = None) -> Result | str:
+    """Play ``plan`` within the runaway limits: its result, or why it ran away.
 
     (The memory limit is set once per process: by the pool's initializer, or replay.)
     """
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(RUNAWAY_SECONDS)
     try:
-        return run(seed, keep)
+        return run(plan, keep)
     except _Runaway:  # neither busy nor stopped: a task that never awaits?
         return f"runaway: over {RUNAWAY_SECONDS} s of real time"
     except MemoryError:
@@ -112,11 +112,11 @@ def _guarded(seed: int, keep: list[int] | None = None) -> Result | str:
         signal.alarm(0)
 
 
-def _one(seed: int) -> tuple[int, bool, int, list[str], bool]:
-    result = _guarded(seed)
+def _one(plan: Plan) -> tuple[Plan, bool, int, list[str], bool]:
+    result = _guarded(plan)
     if isinstance(result, str):
-        return seed, True, 0, [result], False
-    return seed, result.failed, result.holdings, result.violations, result.busy
+        return plan, True, 0, [result], False
+    return plan, result.failed, result.holdings, result.violations, result.busy
 
 
 def search(
@@ -125,6 +125,8 @@ def search(
     seconds: float | None,
     jobs: int,
     where: frozenset[str] = frozenset(),
+    *,
+    version: int = LATEST,
 ) -> int:
     """Play seeds until one fails (exit 1), ``count`` pass, or ``seconds`` run out.
 
@@ -138,12 +140,13 @@ def search(
     """
     started = time.monotonic()
     span = range(first, first + count) if count is not None else range(first, 2**62)
-    seeds = iter(span) if not where else (seed for seed in span if where <= shape(seed))
+    plans = (Plan(seed, version) for seed in span)
+    seeds = plans if not where else (plan for plan in plans if where <= shape(plan))
     played = holdings = 0
-    busy: list[int] = []
+    busy: list[Plan] = []
     context = multiprocessing.get_context("fork")
     with ProcessPoolExecutor(jobs, mp_context=context, initializer=_limit_memory) as pool:
-        ahead: deque[tuple[int, Future[tuple[int, bool, int, list[str], bool]]]] = deque()
+        ahead: deque[tuple[Plan, Future[tuple[Plan, bool, int, list[str], bool]]]] = deque()
 
         def fill() -> None:
             while len(ahead) < 4 * jobs and (seed := next(seeds, None)) is not None:
@@ -173,7 +176,8 @@ def search(
                     print("  ", problem.splitlines()[0])
                 print(
                     f"replay: python -m tests.sim replay {seed}   "
-                    f"(nox -s sim -- replay {seed}); shrink: python -m tests.sim shrink {seed}",
+                    f"(nox -s sim -- replay {seed}); shrink: python -m tests.sim shrink {seed}; "
+                    f"keep it: {seed} in tests/sim/kept.py",
                     flush=True,
                 )
                 pool.shutdown(cancel_futures=True)
@@ -184,15 +188,16 @@ def search(
             fill()
     took = time.monotonic() - started
     print(
-        f"{played} schedules from seed {first}, {holdings} holdings checked, no violation, "
-        f"{took:.1f} s ({played / took:.0f} schedules/s)"
+        f"{played} schedules from seed {Plan(first, version)}, {holdings} holdings checked, "
+        f"no violation, {took:.1f} s ({played / took:.0f} schedules/s)"
     )
     if busy:  # liveness, reported apart
-        print(f"{len(busy)} stopped as busy (a livelock?): seeds {busy[:10]}")
+        shown = ", ".join(map(str, busy[:10]))
+        print(f"{len(busy)} stopped as busy (a livelock?): seeds {shown}")
     return 0
 
 
-def _shown(seed: int, keep: list[int] | None) -> str:
+def _shown(seed: Plan | Schedule, keep: list[int] | None) -> str:
     """The seed as ``replay`` takes it: ``--keep ''`` keeps no fault, none given all."""
     return f"{seed}" + ("" if keep is None else f" --keep '{','.join(map(str, keep))}'")
 
@@ -205,7 +210,7 @@ def regressions(first_for: str | None = None) -> int:
     """
     seeds = kept()
     if first_for is not None:
-        own = [(seed, keep) for name, seed, keep, _ in CAUGHT if name == first_for]
+        own = [(target(seed), keep) for name, seed, keep, _ in CAUGHT if name == first_for]
         seeds = own + [entry for entry in seeds if entry not in own]
     for seed, keep in seeds:
         result = _guarded(seed, keep)
@@ -221,10 +226,17 @@ def regressions(first_for: str | None = None) -> int:
 
 
 def mutants(
-    names: list[str], seconds: float, jobs: int, first: int | None, where: str | None = None
+    names: list[str],
+    seconds: float,
+    jobs: int,
+    first: int | None,
+    where: str | None = None,
+    *,
+    version: int = LATEST,
+    search_only: bool = False,
 ) -> int:
-    """Each named mutant applied in turn; the kept seeds, then the search (from
-    ``first``, else search's default), must find a violation in time."""
+    """Each named mutant applied in turn; the kept seeds (unless ``search_only``), then
+    the search (from ``first``, else search's default), must find a violation in time."""
     from tests.mutants import MUTANTS, run_mutated
 
     chosen = [m for m in MUTANTS if not names or m.name in names]
@@ -234,9 +246,14 @@ def mutants(
         search = ["search", "--seconds", str(seconds), "--jobs", str(jobs)]
         search += ["--first", str(first)] if first is not None else []
         search += ["--where", where] if where else []
+        search += ["--version", str(version)]
         replay = ["regressions", "--first-for", mutant.name]
-        out = run_mutated(mutant, [sys.executable, "-m", "tests.sim", *replay])
-        if out.returncode != 1:  # (the kept seeds let it through: search)
+        out = (
+            None
+            if search_only
+            else run_mutated(mutant, [sys.executable, "-m", "tests.sim", *replay])
+        )
+        if out is None or out.returncode != 1:  # (the kept seeds let it through: search)
             out = run_mutated(mutant, [sys.executable, "-m", "tests.sim", *search])
         took = time.monotonic() - started
         killed = out.returncode == 1
@@ -259,6 +276,11 @@ def mutants(
     return 1 if survived else 0
 
 
+def _target(text: str) -> Plan | Schedule:
+    """A plan (``v2:SEED``, ``SEED``) or a kept schedule's name (kept.SCHEDULES)."""
+    return SCHEDULES[text] if text in SCHEDULES else Plan.parse(text)
+
+
 def main(argv: list[str]) -> int:
     if os.environ.get("PYTHONHASHSEED") != "0":
         env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -266,27 +288,31 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.sim")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("search")
-    first = GRANTS_FROM + int.from_bytes(os.urandom(4), "big")
+    first = int.from_bytes(os.urandom(6), "big")  # (fresh seeds on every search)
     s.add_argument("--first", type=int, default=first)
+    s.add_argument("--version", type=int, default=LATEST, help="the generator's (plan.py)")
     s.add_argument("--count", type=int)
     s.add_argument("--seconds", type=float)
     s.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     s.add_argument("--where", default="", help="tags every seed's run must have (run.shape)")
     r = sub.add_parser("replay")
-    r.add_argument("seed", type=int)
+    r.add_argument("seed", type=_target, help="v2:SEED, SEED (version 1), or a schedule's name")
     r.add_argument("--keep", type=lambda v: [int(x) for x in v.split(",") if x])
     r.add_argument("--around", type=int, default=40)
     k = sub.add_parser("shrink")
-    k.add_argument("seed", type=int)
+    k.add_argument("seed", type=_target)
     m = sub.add_parser("mutants")
     m.add_argument("names", nargs="*")
     m.add_argument("--seconds", type=float, default=300.0)
     m.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     m.add_argument("--first", type=int)
     m.add_argument("--where", help="as search's")
+    m.add_argument("--version", type=int, default=LATEST, help="as search's")
+    m.add_argument("--search-only", action="store_true", help="no kept seed: the search alone")
     d = sub.add_parser("digests")
     d.add_argument("--first", type=int, default=1)
     d.add_argument("--count", type=int, default=20)
+    d.add_argument("--version", type=int, default=LATEST)
     d.add_argument("--kept", action="store_true", help="the seeds kept as tests, instead")
     g = sub.add_parser("regressions")
     g.add_argument("--first-for", help="a named mutant: the seeds kept for it first")
@@ -295,11 +321,8 @@ def main(argv: list[str]) -> int:
         _limit_memory()
         return regressions(args.first_for)
     if args.command == "digests":
-        seeds: list[tuple[int, list[int] | None]] = (
-            kept()
-            if args.kept
-            else [(seed, None) for seed in range(args.first, args.first + args.count)]
-        )
+        span = range(args.first, args.first + args.count)
+        seeds = kept() if args.kept else [(Plan(seed, args.version), None) for seed in span]
         for seed, keep in seeds:
             result = run(seed, keep)
             shown = _shown(seed, keep)
@@ -308,9 +331,11 @@ def main(argv: list[str]) -> int:
     if args.command == "search":
         if args.count is None and args.seconds is None:
             args.seconds = 1800.0
-        print(f"searching from seed {args.first} ({args.jobs} jobs)", flush=True)
+        print(
+            f"searching from seed {Plan(args.first, args.version)} ({args.jobs} jobs)", flush=True
+        )
         where = frozenset(tag for tag in args.where.split(",") if tag)
-        return search(args.first, args.count, args.seconds, args.jobs, where)
+        return search(args.first, args.count, args.seconds, args.jobs, where, version=args.version)
     if args.command == "replay":
         _limit_memory()
         played = _guarded(args.seed, args.keep)
@@ -329,7 +354,15 @@ def main(argv: list[str]) -> int:
             f"python -m tests.sim replay {args.seed} --keep {','.join(map(str, keep))}"
         )
         return 1 if result.failed else 0
-    return mutants(args.names, args.seconds, args.jobs, args.first, args.where)
+    return mutants(
+        args.names,
+        args.seconds,
+        args.jobs,
+        args.first,
+        args.where,
+        version=args.version,
+        search_only=args.search_only,
+    )
 
 
 if __name__ == "__main__":

@@ -13,7 +13,7 @@ Safety (a violation fails the run):
   from the nodes at each lock holding's first step. In a run without faults every
   node got every write, so only a counter that expired counts as lost there: a
   counter below a token its holder was given is the library's own doing (a lease's
-  token that no handoff reserved). (From ``world.SKEW_FROM`` on the
+  token that no handoff reserved). (From version 1's ``skew`` on the
   processes' wall clocks differ: before, one clock for all kept tokens increasing
   whatever the counters did.)
 * **backed**: at a lock holding's first step, a quorum of nodes' fencing counters are
@@ -47,7 +47,7 @@ Safety (a violation fails the run):
   for that hold: the holder may have acted on it (API.md: a lost lock stays lost),
   even when a renewal's confirmation is read after its deadline (a loop stall held
   it). Read after every command a node runs (``Recorder.watch``).
-* **followed** (from ``world.TIGHT_FROM`` on, where such deadlines are drawn): once
+* **followed** (from version 1's ``tight`` on, where such deadlines are drawn): once
   an ``extend()`` has settled, also one whose caller gave up waiting for it, the
   lock's validity follows what the nodes applied (API.md: it completes even if
   cancelled): it ends no earlier than a quorum keeps the key, less the drift
@@ -68,7 +68,7 @@ Safety (a violation fails the run):
   the run goes on: ``run.Logged``).
 * **contract**: a release by hand of a handle that read no validity left just before
   raises ``LockNotOwned`` (``Worker._release``).
-* **aliases** (from ``world.MODELS_FROM``, in the runs that model it): managers given
+* **aliases** (from version 1's ``models``, in the runs that model it): managers given
   one server twice refuse to start, before any I/O for another database number, at
   connect for a second address (``run.aliases_refused``).
 
@@ -217,11 +217,20 @@ def check_followed(holdings: list[Holding]) -> list[str]:
     return _noted(holdings, "followed", "unfollowed", "after extend(), ")
 
 
-def check_told(holdings: list[Holding], stalls: list[tuple[float, float]]) -> list[str]:
+def check_told(
+    holdings: list[Holding],
+    stalls: list[tuple[float, float]],
+    freezes: dict[int, list[tuple[float, float]]] | None = None,
+) -> list[str]:
+    """The told-in-time rule; ``stalls``: when the loop was blocked (every process),
+    ``freezes``: when each process was paused (its own code only): a process that
+    does not run is told nothing."""
     problems: list[str] = []
     for h in holdings:
         if not h.renewed or not h.steps:
             continue
+        process = int(h.owner[1:].split("t")[0])
+        blocked = [*stalls, *(freezes or {}).get(process, [])]
         last_now, valid_until = h.steps[-1]
         guard = min(h.ttl / 5, max(3 * NODE_TIMEOUT, 0.05))
         if h.told_at is not None:
@@ -237,7 +246,7 @@ def check_told(holdings: list[Holding], stalls: list[tuple[float, float]]) -> li
                 # its replies, at most a node_timeout (the body does nothing meanwhile).
                 margin += NODE_TIMEOUT + 0.001
             if margin < guard / 2 and not _stalled(
-                stalls, min(last_now, valid_until - 2 * guard), h.told_at
+                blocked, min(last_now, valid_until - 2 * guard), h.told_at
             ):
                 problems.append(
                     f"told late: {h.owner} {h.domain} token {h.token} told at "
@@ -245,7 +254,7 @@ def check_told(holdings: list[Holding], stalls: list[tuple[float, float]]) -> li
                     f"ended (guard {guard * 1000:.0f} ms)"
                 )
         elif h.ran_out is not None and not _stalled(
-            stalls, min(last_now, valid_until - 2 * guard), h.ran_out
+            blocked, min(last_now, valid_until - 2 * guard), h.ran_out
         ):
             problems.append(
                 f"untold: {h.owner} {h.domain} token {h.token} found remaining() == 0 "

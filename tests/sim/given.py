@@ -37,17 +37,15 @@ from typing import TYPE_CHECKING, Any
 
 from aiolock._core.keys import RELEASED_SUFFIX, grant_channel
 from aiolock._lua import ACQUIRE_SCRIPT, PASS_ON_SCRIPT, RELEASE_TURN_SCRIPT
-from aiolock._waiting.queue import GAVE_WAY_POLL, POLL_INTERVAL
-from aiolock._waiting.turns import FALLBACK
-from aiolock._waiting.waiting import EXPIRY_SLACK, UNKNOWN_HOLDER_WAIT
 
+from .promised import EXPIRY_SLACK, FALLBACK, GAVE_WAY_POLL, POLL_INTERVAL, UNKNOWN_HOLDER_WAIT
 from .sleeps import name_of
 
 if TYPE_CHECKING:
     from .subs import Subscriptions
     from .world import Link, World
 
-#: The library's own (its turn queue's fallback, a polling head's holding back and
+#: As documented (promised.py: the turn queue's fallback, a head's holding back and
 #: poll, its margin on a PTTL, its sleep when no PTTL was read), and the slowest
 #: clock's rate (run.DRIFT: within 1 ± 0.009).
 SLOWEST = 1.01

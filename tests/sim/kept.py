@@ -6,11 +6,16 @@ so ``nox -s determinism`` checks that every kept seed replays the same on every 
 
 from __future__ import annotations
 
+from .plan import Plan
+from .run import Schedule
+from .workload import Config
+from .world import Fault
+
 #: Seeds that once failed, replayed on every run: (seed, faults kept or None, why).
-REGRESSIONS: list[tuple[int, list[int] | None, str]] = [
+REGRESSIONS: list[tuple[int | str, list[int] | None, str]] = [
     # The fifteenth session's 30-minute search from 2**49 + 2e7 (10,608 schedules, 847 s,
     # 2 jobs): a handover cancelled inside the extend() it makes before it detaches
-    # (from ATTACH_FROM) left its lock held and renewed ("at rest"): the workload's own
+    # (from 'attach' (plan.V1_FROM)) left its lock held and renewed ("at rest"): the workload's own
     # fault (the extend() was outside the try that releases), mended.
     (562949973431919, None, "workload: a handover cancelled in its longer extend()"),
     # Found on main by the tenth session's 30-minute search (7,419 schedules; nodes
@@ -182,7 +187,7 @@ REGRESSIONS: list[tuple[int, list[int] | None, str]] = [
 #: What the search found on its own with a named mutant of tests/mutants.py applied (a
 #: fix of issue 31 reverted, or a rule the simulation could not reach before): the
 #: name, the seed, the faults its shrinking kept, and the rule that fails.
-CAUGHT: list[tuple[str, int, list[int], str]] = [
+CAUGHT: list[tuple[str, int | str, list[int], str]] = [
     # Two pauses: a grant came late from a node the renewal had counted since, and was
     # given back there (the holder's key kept on one node of three).
     ("a late grant of a held token given back", 8589934748, [0, 3], "kept"),
@@ -504,7 +509,7 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
     # quorum did not keep. (With fault 3 too since the fifteenth session's fix, a
     # handoff to a shorter ttl announced, moved the schedule of fault 0 alone.)
     ("renewal batch extends keys of other tokens", 17592316044439, [0, 3], "kept"),
-    # The "one chunk" rule's first kill, in the 31st schedule from CHUNKS_FROM (its
+    # The "one chunk" rule's first kill, in the 31st schedule from 'chunks' (plan.V1_FROM) (its
     # renewal in chunks of one lock; shrunk to no fault): every chunk of a batch of
     # two, written at one instant on each node's ordered connection.
     (
@@ -565,7 +570,7 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "streak",
     ),
-    # Found on main in the ninth session (the first search from CHUNKS_FROM, 43
+    # Found on main in the ninth session (the first search from 'chunks' (plan.V1_FROM), 43
     # schedules; shrunk to no fault): a process named by a release took the lock and
     # held it past its ttl; it expired just before the other process's fallback, which
     # took it out of line; out of line until its next refresh, it waited while the
@@ -576,7 +581,7 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "streak",
     ),
-    # The first search over runs whose nodes are clusters of one master (CLUSTER_FROM,
+    # The first search over runs whose nodes are clusters of one master ('cluster' (plan.V1_FROM),
     # --where cluster; 36 schedules, 3.2 s; no fault): releases announced with PUBLISH,
     # which no SSUBSCRIBE hears; a waiter slept to the holder's PTTL while 'a' was free.
     (
@@ -585,7 +590,7 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "idle",
     ),
-    # The first run focused on short blocks (STEP_STALL_FROM, --where focus=block; 1
+    # The first run focused on short blocks ('step_stall' (plan.V1_FROM), --where focus=block; 1
     # schedule; its 4 stalls within steps, none of them dropped keeps it failing): a
     # fan-out's timer started before a node's requests were written, the loop blocked
     # between, timed the nodes out, their replies waiting to be read (QuorumError).
@@ -699,7 +704,7 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         "lost under lag",
     ),
     # The twelfth session's two, once the world gave its connections sockets (from
-    # SOCKETS_FROM, 2**47): a block of 1.256 s, past the stall watchdog's second, in a
+    # 'sockets' (plan.V1_FROM), 2**47): a block of 1.256 s, past the stall watchdog's second, in a
     # run focused on blocks with long ones (387 schedules, 98 s, focus block; its one
     # fault): the replies that came meanwhile waited in the socket, and the mutant
     # reset the connection anyway, failing what was in flight (an acquire: a quorum
@@ -918,7 +923,7 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "the turn given goes first",
     ),
-    # From FINAL_FROM (nineteenth session), a body may end with an extend(): found by
+    # From 'final' (plan.V1_FROM) (nineteenth session), a body may end with an extend(): found by
     # the search focused on turns from 2**51 against the mutant (215 schedules, 85 s;
     # shrunk with it applied to two drops of pub/sub connections): p1's tasks ended
     # bodies with a shortening extend() and released at once, its head woken by the
@@ -944,7 +949,7 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [1],
         "streak",
     ),
-    # From SPLIT_FROM (twentieth session), releases split across the nodes: found by
+    # From 'split' (plan.V1_FROM) (twentieth session), releases split across the nodes: found by
     # the search focused on them from 2**52 + 1e5 against the mutant (581 schedules,
     # 130 s; shrunk with it applied to one split, 3 nodes): p0's head tried as p2's
     # release came; its ACQUIREs found p2's key on every node, n2's "held" coming
@@ -998,7 +1003,7 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [],
         "the turn given goes first",
     ),
-    # From GRANTS_FROM (twenty-first session), runs focused on grants under rolling
+    # From 'grants' (plan.V1_FROM) (twenty-first session), runs focused on grants under rolling
     # pauses: issue 31's second break, which the search from 2**53 no longer reached
     # in 5 minutes (4,029 schedules), found by the default search from 2**54 against
     # the mutant in 41 schedules (2.8 s; shrunk with it applied to 3 of its pauses).
@@ -1031,12 +1036,49 @@ CAUGHT: list[tuple[str, int, list[int], str]] = [
         [0],
         "scripts run in order",
     ),
+    (
+        "the fenced resource accepts a token lower than one it accepted",
+        "kleppmann",
+        [0, 1, 2, 3],
+        "fenced",
+    ),
 ]
 
 
-def kept() -> list[tuple[int, list[int] | None]]:
-    """Every kept seed with the faults it keeps (None: all), each once (one seed may
-    catch several mutants)."""
-    seeds = [(seed, keep) for seed, keep, _ in REGRESSIONS]
-    seeds += [(seed, keep) for _, seed, keep, _ in CAUGHT]
+#: Schedules written out whole, by name (``python -m tests.sim replay NAME``).
+SCHEDULES = {
+    # Kleppmann's scenario ("How to do distributed locking", 2016), run every time: a
+    # holder paused (a GC pause) between its check and its write, past its lock's ttl;
+    # the other process takes the lock and writes; the holder wakes and writes with
+    # its old token. The lock cannot prevent it: the fenced resource must refuse the
+    # stale write (resource.py), and the run count the refusal.
+    "kleppmann": Schedule(
+        "kleppmann",
+        Config(
+            nodes=3,
+            processes=2,
+            tasks=1,
+            names=("a",),
+            seconds=6.0,
+            ops=("lock",),
+            ttl=0.5,
+            fenced=True,
+            await_told=True,
+        ),
+        tuple(Fault(at, "freeze", process=0, seconds=1.0) for at in (0.4, 1.9, 3.4, 4.9)),
+    ),
+}
+
+
+def target(seed: int | str) -> Plan | Schedule:
+    """A kept seed as it replays: a schedule's name, ``v2:SEED``, or a bare number (a
+    version-1 plan: plan.py)."""
+    return SCHEDULES[seed] if isinstance(seed, str) and seed in SCHEDULES else Plan.parse(str(seed))
+
+
+def kept() -> list[tuple[Plan | Schedule, list[int] | None]]:
+    """Every kept plan or schedule with the faults it keeps (None: all), each once (one
+    may catch several mutants)."""
+    seeds = [(target(seed), keep) for seed, keep, _ in REGRESSIONS]
+    seeds += [(target(seed), keep) for _, seed, keep, _ in CAUGHT]
     return [entry for i, entry in enumerate(seeds) if entry not in seeds[:i]]

@@ -31,16 +31,16 @@ forgot is never taken: see Recorder.watch_orphans).
 * **kept held**: nothing is lost without a fault. No renewed holder is told its lock
   is lost, and nothing raises ``LockLost`` or ``QuorumError``: every node answers
   within a millisecond, and a renewal comes every third of a ttl. Judged too (from
-  world.REPAIR_FROM) in runs focused on repair, whose only faults are restarts of
+  'repair' (plan.V1_FROM)) in runs focused on repair, whose only faults are restarts of
   one node at a time, far apart (run.spaced_restarts): a renewal repairs a restarted
   node before the next restart, so a quorum keeps the key throughout
   (docs/explanation/failure-modes.md: "a minority restarted empty while a lock is
   held" costs "nothing: after one renewal the lock is on every node again"), unless
-  the holding was young (see lost_needlessly); and (from world.LAG_FROM) in runs
+  the holding was young (see lost_needlessly); and (from 'lag' (plan.V1_FROM)) in runs
   focused on lag, whose only faults are a steady latency on every link, a round trip
   longer than node_timeout but well within the renewal's budget (run.lagging): a
   renewal waits for its replies up to a sixth of the ttl (aiolock/_quorum/renewal.py:
-  "Renewal is not latency-bound"); and (from world.STEP_STALL_FROM) in runs focused
+  "Renewal is not latency-bound"); and (from 'step_stall' (plan.V1_FROM)) in runs focused
   on short blocks, whose only faults are stalls within steps, each longer than
   node_timeout and shorter than a third of the ttl, far apart (run.blocking): every
   node answers at once, its reply waits to be read, and a fan-out's timer counts

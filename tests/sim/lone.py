@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aiolock._waiting.waiting import LOCAL_STREAK
+from .promised import LOCAL_STREAK
 
 if TYPE_CHECKING:
     from .world import World

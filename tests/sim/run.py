@@ -13,10 +13,9 @@ import asyncio
 import hashlib
 import logging
 import random
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 from unittest import mock
 
@@ -44,22 +43,13 @@ from .live import (
     writers_first,
 )
 from .lone import WakeUps
+from .plan import Plan
+from .resource import Resource, check_fenced, check_refused
 from .sleeps import Sleeps, name_of
 from .subs import Subscriptions
 from .workload import FOCI_GRANTS, NODE_TIMEOUT, Config, Recorder, make_config, run_processes
 from .world import (
-    CHUNKS_FROM,
-    CLUSTER_FROM,
-    DROP_FROM,
     EPOCH,
-    HANDOVER_FROM,
-    LIVE_FROM,
-    MODELS_FROM,
-    ORDERED_FROM,
-    SKEW_FROM,
-    SOCKETS_FROM,
-    STEP_STALL_FROM,
-    SUBSCRIBE_LATE_FROM,
     Deadlock,
     Fault,
     World,
@@ -78,23 +68,6 @@ SETTLE = 2 * 3.0 * (1 + 2 * DRIFT) + 4.0
 
 #: The kinds of fault a schedule draws from ("delay" twice: it comes in two forms).
 KINDS = ("delay", "delay", "slow", "sever", "pause", "restart", "pubsub", "stall")
-#: Seeds from here on draw a *swarm* of kinds: each schedule uses a subset of 1 to 3 of
-#: them (swarm testing: a schedule with many faults of few kinds reaches further into
-#: each than one that spreads them over all kinds, and the subsets vary from seed to
-#: seed). Seeds below draw from every kind, as the seeds found before it did: they
-#: replay unchanged.
-SWARM_FROM = 2**32
-#: Seeds from here on also draw "late" faults (a burst of a client's commands held back
-#: past its node timeout), and half their schedules keep the library's bounded memories
-#: small (see :data:`MEMORIES`). Seeds below replay unchanged. From LEASES_FROM (2**34,
-#: workload.py) on, the workload makes leases too; from ORDERED_FROM (2**35, world.py)
-#: on, the loop releases its timers one at a time, the kinds include "failover" (an
-#: empty server with a new run_id and a long uptime takes a node's address over), and
-#: a body awaits the cancellation of a loss it saw noted; from SKEW_FROM (2**36,
-#: world.py) each process has a wall clock of its own; from LIVE_FROM (2**37,
-#: world.py), 2 schedules in 7 have no fault (see live.py); from MODELS_FROM (2**38,
-#: world.py), where the search starts, some runs model deployments (make_models).
-LATE_FROM = 2**33
 #: The spreads a run's skews are drawn within (seconds either way).
 SKEWS = (0.0, 0.001, 0.05, 2.0, 60.0)
 #: The library's bounded memories and the sizes a schedule may give them. The library
@@ -107,31 +80,31 @@ MEMORIES = {
 }
 
 
-def make_memories(seed: int, faults: list[Fault]) -> dict[str, int]:
+def make_memories(plan: Plan, faults: list[Fault]) -> dict[str, int]:
     """The sizes of the library's bounded memories in ``seed``'s schedule (empty: real);
-    ``faults``: the schedule's, all of them (from LIVE_FROM on, a schedule without
+    ``faults``: the schedule's, all of them (from 'live' (plan.V1_FROM) on, a schedule without
     faults, or with late subscriptions or dropped pub/sub connections only, keeps the
     real sizes: the liveness rules apply there)."""
-    if seed < LATE_FROM or (seed >= LIVE_FROM and quiet(faults)):
+    if not plan.has("late") or (plan.has("live") and quiet(faults)):
         return {}
-    rng = random.Random(f"memories-{seed}")
+    rng = random.Random(f"memories-{plan.seed}")
     if rng.random() < 0.5:
         return {}
     return {where: rng.choice(sizes) for where, sizes in MEMORIES.items()}
 
 
-#: Where the renewal's batches are split (see world.CHUNKS_FROM), and the sizes a
+#: Where the renewal's batches are split (see 'chunks' (plan.V1_FROM)), and the sizes a
 #: schedule may give it.
 CHUNKS = ("aiolock._core.batch.BATCH_LIMIT", (1, 2, 3))
 
 
-def make_chunks(seed: int) -> dict[str, int]:
+def make_chunks(plan: Plan) -> dict[str, int]:
     """The renewal's chunk size in ``seed``'s schedule (empty: the real 1,000); from
-    CHUNKS_FROM on, half the runs, whatever their faults: a smaller chunk changes when
+    'chunks' (plan.V1_FROM) on, half the runs, whatever their faults: a smaller chunk changes when
     the renewal's calls go out, not what a run may expect of the library."""
-    if seed < CHUNKS_FROM:
+    if not plan.has("chunks"):
         return {}
-    rng = random.Random(f"chunks-{seed}")
+    rng = random.Random(f"chunks-{plan.seed}")
     if rng.random() < 0.5:
         return {}
     where, sizes = CHUNKS
@@ -149,7 +122,7 @@ def memories(sizes: dict[str, int]) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Models:
-    """What ``seed``'s run models of the deployment, beyond the faults (from MODELS_FROM)."""
+    """What a run models of the deployment, beyond the faults (plan.V1_FROM: models)."""
 
     #: Every node refuses SUBSCRIBE (an ACL without +subscribe): waiters must poll.
     pubsub_refused: bool = False
@@ -157,7 +130,7 @@ class Models:
     #: another database number) or ``"address"`` (a second host name that reaches it).
     #: They must refuse to start; the run is that check alone.
     alias: str | None = None
-    #: Each node is a Redis Cluster of one master (from CLUSTER_FROM, world.World.cluster).
+    #: Each node is a Redis Cluster of one master (World.cluster).
     cluster: bool = False
 
     def __str__(self) -> str:
@@ -167,29 +140,30 @@ class Models:
         return ", ".join(shown)
 
 
-#: The foci whose runs never have pub/sub refused. ``handover`` (from HANDOVER_FROM): its
+#: The foci whose runs never have pub/sub refused. ``handover``: its
 #: shortened keys are announced on pub/sub, which is what it checks. Where pub/sub is
 #: refused every waiter polls, and a lock left to expire goes to whichever poll comes
 #: first as its key lapses on a quorum, the other nodes' keys a few milliseconds from
 #: their end: the name never free on every node, the streak rule read three such races
 #: and four handoffs as 8 in a row (seed 1125899906885140, in the focus's first shape:
-#: docs/project/testing.md). ``grants`` (from GRANTS_FROM): a grant is a message, and a
+#: docs/project/testing.md). ``grants`` (from 'grants' (plan.V1_FROM)): a grant is a message, and a
 #: waiter that polls hears none.
 SUBSCRIBED_FOCI = ("handover", "grants")
 
 
-def make_models(seed: int) -> Models:
-    """What ``seed``'s run models (below MODELS_FROM: nothing, and nothing drawn)."""
-    if seed < MODELS_FROM:
+def make_models(plan: Plan) -> Models:
+    """What ``seed``'s run models (below 'models' (plan.V1_FROM): nothing, and nothing drawn)."""
+    if not plan.has("models"):
         return Models()
+    seed = plan.seed
     rng = random.Random(f"models-{seed}")
     alias = rng.choice(("database", "address")) if rng.random() < 1 / 16 else None
     models = Models(pubsub_refused=rng.random() < 1 / 6, alias=alias)
-    if seed >= CLUSTER_FROM and not alias:  # (a stream of its own: the draws above stand)
+    if plan.has("cluster") and not alias:  # (a stream of its own: the draws above stand)
         cluster = random.Random(f"cluster-{seed}").random() < 1 / 6
         models = Models(pubsub_refused=models.pubsub_refused, cluster=cluster)
-    focus = make_config(seed).focus if models.pubsub_refused else None
-    if seed >= HANDOVER_FROM and focus in SUBSCRIBED_FOCI:
+    focus = make_config(plan).focus if models.pubsub_refused else None
+    if plan.has("handover") and focus in SUBSCRIBED_FOCI:
         models = Models(pubsub_refused=False, alias=models.alias, cluster=models.cluster)
     return models
 
@@ -232,11 +206,11 @@ async def aliases_refused(world: World, alias: str) -> list[str]:
     return problems
 
 
-def make_skews(seed: int, cfg: Config) -> dict[int, float]:
+def make_skews(plan: Plan, cfg: Config) -> dict[int, float]:
     """How far each process's wall clock is off in ``seed``'s schedule (empty: none)."""
-    if seed < SKEW_FROM:
+    if not plan.has("skew"):
         return {}
-    rng = random.Random(f"skews-{seed}")
+    rng = random.Random(f"skews-{plan.seed}")
     spread = rng.choice(SKEWS)
     return {p: rng.uniform(-spread, spread) for p in range(cfg.processes)} if spread else {}
 
@@ -253,7 +227,7 @@ SPACING = 1.0
 BLOCK_LONGEST = 0.5
 BLOCK_SPACING = 1.2
 #: The blocks of a run focused on blocks with ``Config.long_blocks`` (from
-#: world.SOCKETS_FROM on): past the stall watchdog's second, below a third of the ttl.
+#: 'sockets' (plan.V1_FROM) on): past the stall watchdog's second, below a third of the ttl.
 LONG_BLOCK = (1.05, 1.5)
 
 
@@ -290,7 +264,7 @@ def lagging(rng: random.Random, cfg: Config) -> list[Fault]:
 
 def blocking(rng: random.Random, cfg: Config) -> list[Fault]:
     """The faults of a run focused on blocks: stalls within steps (see
-    world.STEP_STALL_FROM), each longer than node_timeout and shorter than
+    'step_stall' (plan.V1_FROM)), each longer than node_timeout and shorter than
     :data:`BLOCK_LONGEST`, at least :data:`BLOCK_SPACING` apart."""
     faults = []
     at = rng.uniform(0.1, 1.0)
@@ -305,7 +279,7 @@ def blocking(rng: random.Random, cfg: Config) -> list[Fault]:
 
 
 def paused_nodes(rng: random.Random, cfg: Config) -> list[Fault]:
-    """The faults of a run focused on grants (world.GRANTS_FROM): rolling pauses, one
+    """The faults of a run focused on grants ('grants' (plan.V1_FROM)): rolling pauses, one
     node after another, each of 0.2 to 1.5 s, the next beginning as the last ends (a
     little before or after). A node paused while a release runs everywhere else grants
     the head's offer as it comes back, after the head took the lock through the others,
@@ -362,9 +336,9 @@ def _pubsub_spells(
 
 def late_subscriptions(rng: random.Random, cfg: Config) -> list[Fault]:
     """The faults of a schedule drawn without any, half the time from
-    SUBSCRIBE_LATE_FROM on: 1 to 4 spells in which a process's subscriptions (or every
+    'subscribe_late' (plan.V1_FROM) on: 1 to 4 spells in which a process's subscriptions (or every
     process's) to a node, or to every node, are held back up to 0.3 s (see
-    world.SUBSCRIBE_LATE_FROM). A waiter listens on n - quorum + 1 nodes: it misses a
+    'subscribe_late' (plan.V1_FROM)). A waiter listens on n - quorum + 1 nodes: it misses a
     release only when none of them has its subscription yet."""
     return _pubsub_spells(
         rng, cfg, "subscribe", 4, lambda: {"seconds": rng.uniform(0.5, 4.0), "scale": 0.3}
@@ -372,44 +346,46 @@ def late_subscriptions(rng: random.Random, cfg: Config) -> list[Fault]:
 
 
 def dropped_subscriptions(rng: random.Random, cfg: Config) -> list[Fault]:
-    """The faults of a quarter of the schedules drawn without any, from DROP_FROM on:
+    """The faults of a quarter of the schedules drawn without any, from 'drop' (plan.V1_FROM) on:
     1 to 8 resets of a process's pub/sub connection to a node (or every process's, or
     to every node), the messages in flight to it lost, half of them as the process's
-    next release runs (see world.DROP_FROM)."""
+    next release runs (see 'drop' (plan.V1_FROM))."""
     return _pubsub_spells(
         rng, cfg, "drop", 8, lambda: {"flag": rng.random() < 0.5, "rank": rng.randrange(2)}
     )
 
 
-def make_faults(seed: int, cfg: Config) -> list[Fault]:
+def make_faults(plan: Plan, cfg: Config) -> list[Fault]:
     """The faults of a schedule, in time order."""
-    faults = _make_faults(seed, cfg)
-    if seed >= CLUSTER_FROM and make_models(seed).cluster:  # (see world.CLUSTER_FROM)
+    seed = plan.seed
+    faults = _make_faults(plan, cfg)
+    if plan.has("cluster") and make_models(plan).cluster:  # (see 'cluster' (plan.V1_FROM))
         faults = [f for f in faults if f.kind not in ("restart", "failover")]
-    if not faults and seed >= SUBSCRIBE_LATE_FROM:
+    if not faults and plan.has("subscribe_late"):
         late = random.Random(f"subscribe-{seed}")
         if late.random() < 0.5:
             return late_subscriptions(late, cfg)
-        if seed >= DROP_FROM:
+        if plan.has("drop"):
             drops = random.Random(f"drop-{seed}")
             if drops.random() < 0.5:
                 return dropped_subscriptions(drops, cfg)
     return faults
 
 
-def _make_faults(seed: int, cfg: Config) -> list[Fault]:
+def _make_faults(plan: Plan, cfg: Config) -> list[Fault]:
+    seed = plan.seed
     rng = random.Random(f"faults-{seed}")
-    if cfg.focus == "repair":  # (from REPAIR_FROM on)
+    if cfg.focus == "repair":  # (from 'repair' (plan.V1_FROM) on)
         return spaced_restarts(rng, cfg)
-    if cfg.focus == "lag":  # (from LAG_FROM on)
+    if cfg.focus == "lag":  # (from 'lag' (plan.V1_FROM) on)
         return lagging(rng, cfg)
-    if cfg.focus == "block":  # (from STEP_STALL_FROM on)
+    if cfg.focus == "block":  # (from 'step_stall' (plan.V1_FROM) on)
         return blocking(rng, cfg)
     if cfg.focus == "chain":  # (the same)
         return chained_restarts(rng, cfg)
-    if cfg.focus == "grants":  # (from GRANTS_FROM on)
+    if cfg.focus == "grants":  # (from 'grants' (plan.V1_FROM) on)
         return paused_nodes(rng, cfg)
-    if cfg.focus == "split":  # (from SPLIT_FROM on): releases split, many of them
+    if cfg.focus == "split":  # (from 'split' (plan.V1_FROM) on): releases split, many of them
         splits = [
             Fault(
                 rng.uniform(0.0, cfg.seconds),
@@ -422,24 +398,26 @@ def _make_faults(seed: int, cfg: Config) -> list[Fault]:
             for _ in range(rng.choice((0, 16, 32, 64)))
         ]
         return sorted(splits, key=lambda f: f.at)
-    if cfg.focus == "death":  # (from DEATH_FROM on): one process dies
+    if cfg.focus == "death":  # (from 'death' (plan.V1_FROM) on): one process dies
         at = rng.uniform(0.5, cfg.seconds - 1.0)
         return [Fault(at, "die", process=rng.randrange(cfg.processes))]
-    count = rng.choice((0, 0, 2, 4, 8, 12, 16) if seed >= LIVE_FROM else (0, 2, 4, 8, 12, 16))
+    if cfg.focus is None and plan.version >= 2:
+        return _within_steps(plan, cfg, sorted(swarm_faults(plan, cfg), key=lambda f: f.at))
+    count = rng.choice((0, 0, 2, 4, 8, 12, 16) if plan.has("live") else (0, 2, 4, 8, 12, 16))
     kinds: tuple[str, ...] = KINDS
-    if cfg.focus is not None:  # (from FOCUS_FROM on: the kinds its part needs)
+    if cfg.focus is not None:  # (from 'focus' (plan.V1_FROM) on: the kinds its part needs)
         kinds = FOCI_GRANTS[cfg.focus]
         count = rng.choice((0, 4, 8, 12)) if kinds else 0
         if count:
             kinds = tuple(rng.sample(kinds, rng.randint(1, min(3, len(kinds)))))
-    elif seed >= SWARM_FROM:
+    elif plan.has("swarm"):
         swarm = random.Random(f"swarm-{seed}")
-        every = {*KINDS, "late"} if seed >= LATE_FROM else set(KINDS)
-        if seed >= ORDERED_FROM:
+        every = {*KINDS, "late"} if plan.has("late") else set(KINDS)
+        if plan.has("ordered"):
             every.add("failover")
-        if seed >= SKEW_FROM:
+        if plan.has("skew"):
             every.add("jump")
-        if seed >= SOCKETS_FROM:
+        if plan.has("sockets"):
             every.add("silent")
         kinds = tuple(swarm.sample(sorted(every), swarm.randint(1, 3)))
     faults = []
@@ -448,70 +426,147 @@ def _make_faults(seed: int, cfg: Config) -> list[Fault]:
         at = rng.uniform(0.0, cfg.seconds)
         node = rng.randrange(cfg.nodes)
         process = rng.choice((-1, *range(cfg.processes)))
-        if kind == "delay":
-            fault = Fault(
-                at,
-                kind,
-                node,
-                process,
-                seconds=rng.uniform(0.05, 2.0),
-                scale=rng.choice((0.002, 0.02, 0.1, 0.5)),
-                flag=rng.random() < 0.5,
-            )
-        elif kind == "slow":
-            fault = Fault(
-                at,
-                kind,
-                -1,
-                rng.randrange(cfg.processes),
-                seconds=rng.uniform(0.05, 2.0),
-                scale=rng.choice((0.02, 0.1, 0.5)),
-                rank=rng.randrange(2),
-            )
-        elif kind in ("sever", "silent"):
-            fault = Fault(at, kind, node, process, flag=rng.random() < 0.5)
-        elif kind == "pause":
-            fault = Fault(at, kind, node, seconds=rng.uniform(0.02, 3.0))
-        elif kind == "restart":
-            fault = Fault(at, kind, node, seconds=rng.uniform(0.01, 2.0), flag=rng.random() < 0.8)
-        elif kind == "failover":
-            fault = Fault(at, kind, node, seconds=rng.uniform(0.01, 2.0))
-        elif kind == "late":
-            fault = Fault(
-                at,
-                kind,
-                -1,
-                process,
-                seconds=rng.uniform(0.05, 2.0),
-                scale=rng.choice((0.1, 0.3, 0.6)),
-            )
-        elif kind == "jump":
-            step = rng.choice(SKEWS[1:])  # as far as a skew may be
-            fault = Fault(
-                at, kind, -1, rng.randrange(cfg.processes), scale=rng.uniform(-step, step)
-            )
-        elif kind == "pubsub":
-            fault = Fault(
-                at,
-                kind,
-                node,
-                process,
-                seconds=rng.uniform(0.1, 3.0),
-                scale=rng.choice((0.0, 0.5, 1.0)),
-            )
-        else:
-            fault = Fault(at, kind, seconds=rng.uniform(0.005, 1.5))
-        faults.append(fault)
-    faults.sort(key=lambda f: f.at)
-    if seed >= STEP_STALL_FROM and cfg.focus != "block":  # (a stream of its own)
-        within = random.Random(f"within-{seed}")
-        faults = [
-            replace(f, flag=True, rank=within.randint(1, 12))
-            if f.kind == "stall" and within.random() < 0.5
-            else f
-            for f in faults
-        ]
+        faults.append(draw_fault(rng, cfg, kind, at, node=node, process=process))
+    return _within_steps(plan, cfg, sorted(faults, key=lambda f: f.at))
+
+
+def _within_steps(plan: Plan, cfg: Config, faults: list[Fault]) -> list[Fault]:
+    """``faults`` with half their stalls striking within a step (a stream of its own)."""
+    if not plan.has("step_stall") or cfg.focus == "block":
+        return faults
+    within = random.Random(f"within-{plan.seed}")
+    return [
+        replace(f, flag=True, rank=within.randint(1, 12))
+        if f.kind == "stall" and within.random() < 0.5
+        else f
+        for f in faults
+    ]
+
+
+def draw_fault(
+    rng: random.Random, cfg: Config, kind: str, at: float, *, node: int, process: int
+) -> Fault:
+    """One fault of ``kind`` at ``at``, its other fields drawn from ``rng`` (for the
+    kinds of version 2's swarm, see :func:`draw_swarm_fault`)."""
+    if kind == "delay":
+        seconds, scale = rng.uniform(0.05, 2.0), rng.choice((0.002, 0.02, 0.1, 0.5))
+        return Fault(at, kind, node, process, seconds=seconds, scale=scale, flag=rng.random() < 0.5)
+    if kind == "slow":
+        process = rng.randrange(cfg.processes)
+        seconds, scale = rng.uniform(0.05, 2.0), rng.choice((0.02, 0.1, 0.5))
+        return Fault(at, kind, -1, process, seconds=seconds, scale=scale, rank=rng.randrange(2))
+    if kind in ("sever", "silent"):
+        return Fault(at, kind, node, process, flag=rng.random() < 0.5)
+    if kind == "pause":
+        return Fault(at, kind, node, seconds=rng.uniform(0.02, 3.0))
+    if kind == "restart":
+        return Fault(at, kind, node, seconds=rng.uniform(0.01, 2.0), flag=rng.random() < 0.8)
+    if kind == "failover":
+        return Fault(at, kind, node, seconds=rng.uniform(0.01, 2.0))
+    if kind == "late":
+        seconds, scale = rng.uniform(0.05, 2.0), rng.choice((0.1, 0.3, 0.6))
+        return Fault(at, kind, -1, process, seconds=seconds, scale=scale)
+    if kind == "jump":
+        step = rng.choice(SKEWS[1:])  # as far as a skew may be
+        return Fault(at, kind, -1, rng.randrange(cfg.processes), scale=rng.uniform(-step, step))
+    if kind == "pubsub":
+        seconds, scale = rng.uniform(0.1, 3.0), rng.choice((0.0, 0.5, 1.0))
+        return Fault(at, kind, node, process, seconds=seconds, scale=scale)
+    if kind == "stall":
+        return Fault(at, kind, seconds=rng.uniform(0.005, 1.5))
+    return draw_swarm_fault(rng, cfg, kind, at, node=node, process=process)
+
+
+#: Version 2's swarm: the fault kinds a run draws a subset of (1 to 4), each as often.
+SWARM_KINDS = (
+    "clock",
+    "delay",
+    "die",
+    "drop",
+    "failover",
+    "freeze",
+    "jump",
+    "lag",
+    "late",
+    "partition",
+    "pause",
+    "pubsub",
+    "restart",
+    "sever",
+    "silent",
+    "slow",
+    "split",
+    "stall",
+    "subscribe",
+)
+#: How far a "clock" fault steps a node's clock (seconds, either way): past the drift
+#: allowance of every ttl the runs use, so these runs break the timing assumption.
+CLOCK_STEPS = (0.05, 0.5, 5.0)
+
+
+def draw_swarm_fault(
+    rng: random.Random, cfg: Config, kind: str, at: float, *, node: int, process: int
+) -> Fault:
+    """One fault of a kind only version 2 draws in any run (see :func:`draw_fault`)."""
+    one = rng.randrange(cfg.processes)  # (the kinds below strike one process)
+    if kind == "lag":  # (as in a run focused on lag: a round trip past node_timeout)
+        seconds, each_way = rng.uniform(0.2, 3.0), rng.uniform(0.6, 1.2) * NODE_TIMEOUT
+        return Fault(at, kind, -1, seconds=seconds, scale=each_way)
+    if kind == "split":
+        seconds, scale = rng.uniform(0.1, 0.6), rng.choice((0.05, 0.2, 0.6, 1.5))
+        return Fault(at, kind, -1, process, seconds=seconds, scale=scale)
+    if kind == "partition":  # (a process from a minority, a majority, or every node)
+        count = rng.choice((1, cfg.nodes // 2 + 1, cfg.nodes))
+        mask = sum(1 << i for i in rng.sample(range(cfg.nodes), count))
+        return Fault(at, kind, -1, one, seconds=rng.uniform(0.05, 3.0), rank=mask)
+    if kind == "freeze":  # (short, or past a ttl: Kleppmann's pause)
+        return Fault(at, kind, -1, one, seconds=rng.choice((0.01, 0.2, 1.0, 4.0)) * rng.random())
+    if kind == "clock":
+        step = rng.choice(CLOCK_STEPS)
+        return Fault(at, kind, node, scale=rng.uniform(-step, step))
+    if kind == "die":
+        return Fault(at, kind, process=one)
+    if kind == "drop":
+        target = rng.choice((-1, node))
+        return Fault(at, kind, target, process, flag=rng.random() < 0.5, rank=rng.randrange(2))
+    if kind == "subscribe":
+        target = rng.choice((-1, node))
+        return Fault(at, kind, target, process, seconds=rng.uniform(0.5, 4.0), scale=0.3)
+    raise ValueError(kind)
+
+
+def swarm_faults(plan: Plan, cfg: Config) -> list[Fault]:
+    """The faults of an unfocused version-2 run: 2 in 7 have none (the liveness rules
+    judge those); the others draw 1 to 4 kinds of :data:`SWARM_KINDS`, and 2 to 32
+    faults of those kinds at random times."""
+    swarm = random.Random(f"swarm-{plan}")
+    if swarm.random() < 2 / 7:
+        return []
+    every = [kind for kind in SWARM_KINDS if cfg.nodes > 1 or kind != "split"]  # (some, others)
+    kinds = swarm.sample(every, swarm.randint(1, 4))
+    rng = random.Random(f"faults-{plan}")
+    faults = []
+    for _ in range(swarm.choice((2, 4, 8, 16, 32))):
+        kind = rng.choice(kinds)
+        at = rng.uniform(0.0, cfg.seconds)
+        node = rng.randrange(cfg.nodes)
+        process = rng.choice((-1, *range(cfg.processes)))
+        faults.append(draw_fault(rng, cfg, kind, at, node=node, process=process))
     return faults
+
+
+#: The rules that bind a run whose faults break the timing assumptions (:func:`broken`),
+#: by their problems' first words, and every crash: nothing logged, no deadlock, fencing
+#: tokens in order, no bare key, the nodes' scripts in order and, below, the fenced
+#: resource. The others are reported as advisory there.
+BINDING = ("crash", "deadlock", "loop:", "logged:", "fencing:", "bare", "scripts run in order")
+
+
+def broken(faults: list[Fault]) -> bool:
+    """Whether ``faults`` break the timing assumptions the library documents (a node's
+    clock steps: its keys end sooner or later than their ttl by the step): there
+    exclusion may fail; the fenced resource must still refuse every stale write."""
+    return any(fault.kind == "clock" for fault in faults)
 
 
 class Logged(logging.Handler):
@@ -542,7 +597,7 @@ class Logged(logging.Handler):
 
 @dataclass
 class Result:
-    seed: int
+    plan: Plan
     config: Config
     faults: list[Fault]
     violations: list[str]
@@ -550,6 +605,8 @@ class Result:
     holdings: int
     counts: dict[str, int]
     busy: bool = False  # stopped as a livelock (World.max_deliveries)
+    #: What the rules found that the run's faults excuse (see :data:`BINDING`).
+    advisory: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> bool:
@@ -560,14 +617,14 @@ class Result:
         return hashlib.sha256("\n".join(self.history).encode()).hexdigest()[:16]
 
 
-def shape(seed: int) -> set[str]:
+def shape(plan: Plan) -> set[str]:
     """What ``seed``'s run is, as tags a search may ask for (``search --where``):
     ``focus=<name>``, ``pubsub_refused``, ``out_of_line``, ``no_fault``, ``late_subscriptions``,
     ``drops``, ``chunks``, ``nodes=<n>``, ``cluster``. Drawn as the run draws them, without
     playing it."""
-    cfg = make_config(seed)
-    faults = make_faults(seed, cfg)
-    models = make_models(seed)
+    cfg = make_config(plan)
+    faults = make_faults(plan, cfg)
+    models = make_models(plan)
     tags = {f"focus={cfg.focus}", f"nodes={cfg.nodes}"}
     tags |= {"pubsub_refused"} if models.pubsub_refused else set()
     tags |= {"cluster"} if models.cluster else set()
@@ -575,30 +632,56 @@ def shape(seed: int) -> set[str]:
     tags |= {"no_fault"} if not faults else set()
     tags |= {"late_subscriptions"} if faults and only_late_subscriptions(faults) else set()
     tags |= {"drops"} if any(fault.kind == "drop" for fault in faults) else set()
-    tags |= {"chunks"} if make_chunks(seed) else set()
+    tags |= {"chunks"} if make_chunks(plan) else set()
     return tags
 
 
-def run(seed: int, keep: Iterable[int] | None = None) -> Result:
-    """Play the schedule of ``seed`` (only the faults numbered in ``keep``, if given)."""
-    cfg = make_config(seed)
-    faults = make_faults(seed, cfg)
-    sizes = make_memories(seed, faults)
-    chunks = make_chunks(seed)
+@dataclass(frozen=True)
+class Schedule:
+    """A schedule written out whole (kept.py): it replays whatever the generators
+    draw later. ``seed`` seeds the random streams of the network, the workload and the
+    library, as a version-2 plan's; nothing else is drawn (no memories made small, no
+    chunks, no deployment modelled, no wall clocks apart)."""
+
+    name: str
+    config: Config
+    faults: tuple[Fault, ...]
+    seed: int = 1
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def run(target: Plan | Schedule, keep: Iterable[int] | None = None) -> Result:
+    """Play a plan's schedule, or a schedule kept whole (only the faults numbered in
+    ``keep``, if given)."""
+    schedule = target if isinstance(target, Schedule) else None
+    plan = Plan(target.seed) if isinstance(target, Schedule) else target
+    seed = plan.seed
+    if schedule is not None:
+        cfg, faults = replace(schedule.config), list(schedule.faults)
+        sizes, chunks, models = {}, {}, Models()
+    else:
+        cfg = make_config(plan)
+        faults = make_faults(plan, cfg)
+        sizes = make_memories(plan, faults)
+        chunks = make_chunks(plan)
+        models = make_models(plan)
     if keep is not None:
         kept = set(keep)
         faults = [f for i, f in enumerate(faults) if i in kept]
-    models = make_models(seed)
     if models.alias:
         faults = []
-    world = World(seed=seed, nodes_count=cfg.nodes, drift=DRIFT, faults=faults)
+    world = World(plan=plan, nodes_count=cfg.nodes, drift=DRIFT, faults=faults)
     world.pubsub_refused = models.pubsub_refused
     world.cluster = models.cluster
     if quiet(faults) and not models.cluster:
         world.subs = Subscriptions(world)
         if not sizes:
             world.given = GivenTurns(world, world.subs)
-    world.skews = make_skews(seed, cfg)
+    world.skews = make_skews(plan, cfg) if schedule is None else {}
+    if cfg.fenced:
+        world.resource = Resource(lambda: world.now, world.trace)
     if cfg.grace is not None:
         world.grace = cfg.grace
     rec = Recorder(world)
@@ -631,7 +714,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
             return
         try:
             async with asyncio.timeout(cfg.seconds + 120.0):
-                await run_processes(world, cfg, rec, seed)
+                await run_processes(world, cfg, rec, plan)
         except TimeoutError:
             errors.append("liveness: the workload did not finish within 120 s of its end")
         # A command held by a paused node runs when it resumes, and may set a ttl then.
@@ -639,7 +722,8 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         await asyncio.sleep(max(0.0, resumed - world.now) + SETTLE)
 
     rec.watch_orphans = rec.live.on = not sizes
-    world.trace(f"seed {seed} config {cfg.describe()}")
+    named = f"schedule {schedule.name!r}, " if schedule is not None else ""
+    world.trace(f"{named}seed {plan} config {cfg.describe()}")
     if str(models):
         world.trace(f"models {models}")
     if sizes:
@@ -718,7 +802,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
             errors.extend(f"crash: {e!r}" for e in group.exceptions)
     if world.busy:  # stopped midway: liveness, reported apart; nothing else is judged
         return Result(
-            seed, cfg, faults, [], world.history, len(rec.holdings), rec.counts, busy=True
+            plan, cfg, faults, [], world.history, len(rec.holdings), rec.counts, busy=True
         )
     if models.alias:  # (the refusal is logged at ERROR too, as it should be)
         logged.problems = [p for p in logged.problems if "is the same server as" not in p]
@@ -754,7 +838,7 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         *check_exclusion(rec.holdings, faults=bool(faults)),
         *check_kept(rec.holdings),
         *check_outlives(rec.holdings),
-        *check_told(rec.holdings, world.stalls),
+        *check_told(rec.holdings, world.stalls, world.freezes),
         *check_revived(rec.holdings),
         *check_followed(rec.holdings),
         *check_backed(rec.holdings),
@@ -765,15 +849,28 @@ def run(seed: int, keep: Iterable[int] | None = None) -> Result:
         # it: seed 35184382090313, a pause and a stall.)
         *(world.wire if quiet(faults) else []),
         *world.promises,
+        *(check_refused(world.resource) if world.resource is not None else []),
     ]
+    advisory = []
+    if broken(faults):  # (the timing assumptions do not hold: see BINDING)
+        binding = [v for v in violations if v.startswith(BINDING) or v in rec.crashes]
+        advisory = [v for v in violations if v not in binding]
+        violations = binding
+    if world.resource is not None:
+        violations += check_fenced(world.resource)
+        rec.counts["refused"] = world.resource.refused
+    for problem in advisory:
+        world.trace(f"ADVISORY {problem.splitlines()[0]}")
     for problem in violations:
         world.trace(f"VIOLATION {problem.splitlines()[0]}")
-    return Result(seed, cfg, faults, violations, world.history, len(rec.holdings), rec.counts)
+    result = Result(plan, cfg, faults, violations, world.history, len(rec.holdings), rec.counts)
+    result.advisory = advisory
+    return result
 
 
-def shrink(seed: int) -> tuple[list[int], Result]:
-    """The fewest faults of ``seed``'s schedule that still fail (greedy, one at a time)."""
-    full = run(seed)
+def shrink(plan: Plan | Schedule) -> tuple[list[int], Result]:
+    """The fewest faults of ``plan``'s schedule that still fail (greedy, one at a time)."""
+    full = run(plan)
     keep = list(range(len(full.faults)))
     best = full
     changed = True
@@ -781,18 +878,7 @@ def shrink(seed: int) -> tuple[list[int], Result]:
         changed = False
         for i in list(keep):
             trial = [k for k in keep if k != i]
-            result = run(seed, trial)
+            result = run(plan, trial)
             if result.failed:
                 keep, best, changed = trial, result, True
     return keep, best
-
-
-def search(first: int, count: int | None, seconds: float | None) -> Iterable[Result]:
-    """Run seeds ``first, first + 1, ...``: ``count`` of them, or for ``seconds``."""
-    started = time.monotonic()
-    seed = first
-    while (count is None or seed < first + count) and (
-        seconds is None or time.monotonic() - started < seconds
-    ):
-        yield run(seed)
-        seed += 1

@@ -31,7 +31,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from aiolock._lua import ACQUIRE_SCRIPT
-from aiolock._waiting.waiting import EXPIRY_SLACK, UNKNOWN_HOLDER_WAIT
+
+from .promised import EXPIRY_SLACK, UNKNOWN_HOLDER_WAIT
 
 if TYPE_CHECKING:
     from .live import Liveness

@@ -40,32 +40,16 @@ from aiolock import (
 )
 
 from .live import FIRST_TRY, Liveness, at_rest
+from .plan import Plan
 from .world import (
-    ATTACH_FROM,
     BASE_LATENCY,
-    DEATH_FROM,
-    FINAL_FROM,
-    FOCUS_FROM,
-    GRANTS_FROM,
-    HANDOVER_FROM,
-    LAG_FROM,
-    LIVE_FROM,
-    LONE_FROM,
-    MODELS_FROM,
-    ORDERED_FROM,
-    REPAIR_FROM,
-    SKEW_FROM,
-    SOCKETS_FROM,
-    SPLIT_FROM,
-    STEP_STALL_FROM,
-    TIGHT_FROM,
     SimLoop,
     World,
     current_process,
 )
 
 NODE_TIMEOUT = 0.05
-#: From ATTACH_FROM on, how much longer than its ttl a handover extends its lock before
+#: From 'attach' (plan.V1_FROM) on, how much longer than its ttl a handover extends its lock before
 #: it detaches it, in half the handovers (Worker.op_handover; the managers'
 #: ``restart_grace``, when a run sets it, covers the longest).
 ATTACH_LONGER = (2.0, 3.0)
@@ -165,46 +149,49 @@ class Config:
     names: tuple[str, ...]
     seconds: float
     ops: tuple[str, ...]
-    #: From LEASES_FROM on (else None and 0.0, drawing nothing): every acquisition of
+    #: From 'leases' (plan.V1_FROM) on (else None and 0.0, drawing nothing): every acquisition of
     #: the run with this ttl (as a service's code passes one ttl per name), and the
     #: chance that a body is short (at most 1 % of its ttl). Both are what a lease
     #: needs: a handoff within a process to a waiter with the holder's ttl, while the
     #: lock is fresh. Without them no lease was ever made (0 in 205 handoffs).
     ttl: float | None = field(default=None, repr=False)
     short: float = field(default=0.0, repr=False)
-    #: From ORDERED_FROM on: a body that finds its lock noted lost in the instant it
+    #: From 'ordered' (plan.V1_FROM) on: a body that finds its lock noted lost in the instant it
     #: woke awaits the cancellation that must follow, rather than assume it (see
     #: Worker._body). Draws nothing.
     await_told: bool = field(default=False, repr=False)
-    #: From SKEW_FROM on, in half the runs: the managers' ``restart_grace``, the
+    #: From 'skew' (plan.V1_FROM) on, in half the runs: the managers' ``restart_grace``, the
     #: longest ttl the run sets (an extend() may double a ttl); else None, the default.
     grace: float | None = field(default=None, repr=False)
-    #: From SKEW_FROM on, in 3 runs of 10: long work, renewed bodies of up to 8 ttls
+    #: From 'skew' (plan.V1_FROM) on, in 3 runs of 10: long work, renewed bodies of up to 8 ttls
     #: (else 2), which outlive restarted nodes' quarantines: their keys must have been
     #: repaired by then.
     long: bool = field(default=False, repr=False)
-    #: From LIVE_FROM on: the chance that a body, as it ends, has a waiter for one of
+    #: From 'live' (plan.V1_FROM) on: the chance that a body, as it ends, has a waiter for one of
     #: its names cancelled a few hundred microseconds later (see Recorder.nudge): while
     #: the lock is handed to it, or granted, which a cancellation at a random time
     #: seldom hits (a handoff takes a round trip).
     nudge: float = field(default=0.0, repr=False)
-    #: From FOCUS_FROM on, in half the runs: the part of the library the run focuses
+    #: From 'focus' (plan.V1_FROM) on, in half the runs: the part of the library the run focuses
     #: on (one of FOCI; see :func:`focus`), else None.
     focus: str | None = field(default=None, repr=False)
-    #: From LAG_FROM on, in half the runs focused on turns: the processes that wait
+    #: From 'lag' (plan.V1_FROM) on, in half the runs focused on turns: the processes that wait
     #: without taking turns (as an older aiolock's do, or a Redis Cluster's: no turn
     #: queue, no grants), whom the end of a lone streak lets in.
     out_of_line: tuple[int, ...] = field(default=(), repr=False)
-    #: From SOCKETS_FROM on, in half the runs focused on blocks: ttls of 3.6 to 5 s and
+    #: From 'sockets' (plan.V1_FROM) on, in half the runs focused on blocks: ttls of 3.6 to 5 s and
     #: blocks of 1.05 s up to a third of the ttl (at most 1.5 s), past the stall
     #: watchdog's second (run.blocking): replies that came meanwhile wait in the socket,
     #: and a connection whose replies wait is kept. Draws nothing otherwise.
     long_blocks: bool = field(default=False, repr=False)
-    #: From LONE_FROM on, in runs focused on lone streaks: the process that rests 50 to
+    #: From 'lone' (plan.V1_FROM) on, in runs focused on lone streaks: the process that rests 50 to
     #: 400 ms between its operations, and every body that may extend ends with a
-    #: shortening extend() (see world.LONE_FROM). Draw nothing otherwise.
+    #: shortening extend() (see 'lone' (plan.V1_FROM)). Draw nothing otherwise.
     resting: int | None = field(default=None, repr=False)
     shortened: bool = field(default=False, repr=False)
+    #: Version 2, half the runs: bodies write their work to the fenced resource
+    #: (resource.py) with their locks' fencing tokens.
+    fenced: bool = field(default=False, repr=False)
 
     def describe(self) -> str:
         extra = f" focus {self.focus}" if self.focus else ""
@@ -213,18 +200,15 @@ class Config:
         extra += f" short {self.short:.2f}" if self.short else ""
         extra += f" restart_grace {self.grace:.3f}" if self.grace else ""
         extra += " long blocks" if self.long_blocks else ""
+        extra += " fenced" if self.fenced else ""
         return f"{self}{extra}" + (" long" if self.long else "")
 
-
-#: Seeds from here on draw ``Config.ttl`` and ``Config.short``; seeds below replay
-#: unchanged (see run.py for the ranges below it, world.py for the two above it:
-#: ORDERED_FROM, and SKEW_FROM, where the search starts).
-LEASES_FROM = 2**34
 
 OPS = ("lock", "lock", "lock", "manual", "extend", "reentrant", "handover", "sem", "rw", "many")
 
 
-def make_config(seed: int) -> Config:
+def make_config(plan: Plan) -> Config:
+    seed = plan.seed
     rng = random.Random(f"config-{seed}")
     cfg = Config(
         nodes=rng.choice((3, 3, 5)),
@@ -234,63 +218,68 @@ def make_config(seed: int) -> Config:
         seconds=rng.uniform(2.0, 6.0),
         ops=tuple(rng.sample(OPS, rng.randint(3, len(OPS)))),
     )
-    if seed >= LEASES_FROM:
+    if plan.has("leases"):
         more = random.Random(f"workload-{seed}")
         cfg.ttl = more.uniform(0.3, 3.0) if more.random() < 0.5 else None
         cfg.short = more.choice((0.0, 0.3, 0.7))
-    cfg.await_told = seed >= ORDERED_FROM
-    if seed >= SKEW_FROM:
+    cfg.await_told = plan.has("ordered")
+    if plan.has("skew"):
         more = random.Random(f"grace-{seed}")
         if more.random() < 0.5:
             longest = cfg.ttl if cfg.ttl is not None else 3.0
             cfg.grace = longest * (2 if {"extend", "manual"} & set(cfg.ops) else 1)
-            if seed >= ATTACH_FROM and "handover" in cfg.ops:
+            if plan.has("attach") and "handover" in cfg.ops:
                 cfg.grace = longest * ATTACH_LONGER[1]  # (see Worker.op_handover)
         cfg.long = more.random() < 0.3
-    if seed >= LIVE_FROM:
+    if plan.has("live"):
         cfg.nudge = random.Random(f"nudge-{seed}").choice((0.0, 0.2, 0.5))
-    if seed >= FOCUS_FROM:
+    if plan.has("focus"):
         foci = (
             FOCI_GRANTS
-            if seed >= GRANTS_FROM
+            if plan.has("grants")
             else FOCI_LONE
-            if seed >= LONE_FROM
+            if plan.has("lone")
             else FOCI_SPLIT
-            if seed >= SPLIT_FROM
+            if plan.has("split")
             else FOCI_HANDOVER
-            if seed >= HANDOVER_FROM
+            if plan.has("handover")
             else FOCI_BLOCK
-            if seed >= STEP_STALL_FROM
+            if plan.has("step_stall")
             else FOCI_DEATH
-            if seed >= DEATH_FROM
+            if plan.has("death")
             else FOCI_LAG
-            if seed >= LAG_FROM
+            if plan.has("lag")
             else FOCI_LATER
-            if seed >= REPAIR_FROM
+            if plan.has("repair")
             else FOCI
         )
         focus(cfg, random.Random(f"focus-{seed}"), foci)
-    if seed >= STEP_STALL_FROM and cfg.focus == "lease":
+    if plan.has("step_stall") and cfg.focus == "lease":
         chain = random.Random(f"chain-{seed}")
         if chain.random() < 0.5:
             cfg.focus = "chain"
             focus_on_chains(cfg, chain)
-    if seed >= SOCKETS_FROM and cfg.focus == "block":
+    if plan.has("sockets") and cfg.focus == "block":
         blocks = random.Random(f"blocks-{seed}")
         if blocks.random() < 0.5:
             cfg.long_blocks = True
             cfg.ttl = blocks.uniform(3.6, 5.0)
             if cfg.grace is not None:
                 cfg.grace = cfg.ttl * 2  # (as focus sets it: the ops have manual locks)
-    if seed >= LAG_FROM and cfg.focus == "turns" and random.Random(f"line-{seed}").random() < 0.5:
+    if plan.has("lag") and cfg.focus == "turns" and random.Random(f"line-{seed}").random() < 0.5:
         cfg.out_of_line = (cfg.processes - 1,)
-    if seed >= HANDOVER_FROM and cfg.focus and cfg.grace is not None and "handover" in cfg.ops:
+    if plan.has("handover") and cfg.focus and cfg.grace is not None and "handover" in cfg.ops:
         assert cfg.ttl is not None  # (every focus sets one)
         cfg.grace = cfg.ttl * ATTACH_LONGER[1]  # (as above, for the ttl the focus set)
+    if plan.version >= 2:  # (the swarm's own draws: plan.py)
+        swarm = random.Random(f"swarm-config-{plan}")
+        cfg.fenced = swarm.random() < 0.5
+        if cfg.focus is None:
+            cfg.nodes = swarm.choice((1, 3, 3, 5))
     return cfg
 
 
-#: The parts of the library a run may focus on (from FOCUS_FROM on), each with the
+#: The parts of the library a run may focus on (from 'focus' (plan.V1_FROM) on), each with the
 #: fault kinds its schedules draw from (run.make_faults; none: no fault, so that the
 #: liveness rules judge the run):
 #:
@@ -311,7 +300,7 @@ FOCI: dict[str, tuple[str, ...]] = {
     "sem": ("restart", "restart", "failover", "delay", "late", "sever"),
     "lease": ("late", "delay", "sever", "restart", "failover"),
 }
-#: From REPAIR_FROM on, two more (seeds below replay unchanged):
+#: From 'repair' (plan.V1_FROM) on, two more (seeds below replay unchanged):
 #:
 #: * ``repair``: renewed locks and slots with very long work, under restarts only, one
 #:   node at a time and far apart (run.spaced_restarts): a holder renewing on must
@@ -324,21 +313,21 @@ FOCI_LATER: dict[str, tuple[str, ...]] = {
     "repair": ("restart",),
     "stall": ("stall", "stall", "slow", "late", "delay"),
 }
-#: From LAG_FROM on, one more:
+#: From 'lag' (plan.V1_FROM) on, one more:
 #:
 #: * ``lag``: renewed locks and slots of 1.2 to 3 s under a steady extra latency on every
 #:   link (run.lagging): a round trip longer than node_timeout, a third of the
 #:   renewal's budget at most. A renewal waits that long: lost there, a lock was lost
 #:   needlessly (live.py's "kept held" rule judges these runs).
 FOCI_LAG: dict[str, tuple[str, ...]] = {**FOCI_LATER, "lag": ("lag",)}
-#: From DEATH_FROM on, one more:
+#: From 'death' (plan.V1_FROM) on, one more:
 #:
 #: * ``death``: the turn queue's shapes, with ttls of 2 to 3 s, and one process that
 #:   dies (run.make_faults): its entry and offer stay in line until they expire; a
 #:   grant to it must be undone (nobody hears it), or the lock waits out the offer's
 #:   ttl held by nobody (the orphan rule judges these runs).
 FOCI_DEATH: dict[str, tuple[str, ...]] = {**FOCI_LAG, "death": ("die",)}
-#: From STEP_STALL_FROM on, one more:
+#: From 'step_stall' (plan.V1_FROM) on, one more:
 #:
 #: * ``block``: plain locks, renewed ones and slots, many short bodies (fan-outs all
 #:   the time), under short stalls within steps far apart (run.blocking), as a task's
@@ -355,7 +344,7 @@ FOCI_DEATH: dict[str, tuple[str, ...]] = {**FOCI_LAG, "death": ("die",)}
 #:   Half the runs that draw ``lease`` (a stream of their own: the draws of the others
 #:   stand).
 FOCI_BLOCK: dict[str, tuple[str, ...]] = {**FOCI_DEATH, "block": ("block",)}
-#: From HANDOVER_FROM on, one more:
+#: From 'handover' (plan.V1_FROM) on, one more:
 #:
 #: * ``handover``: one name, one task in each of 2 or 3 processes: handovers that
 #:   extend their lock longer before they detach it (always, where other runs do it in
@@ -366,28 +355,28 @@ FOCI_BLOCK: dict[str, tuple[str, ...]] = {**FOCI_DEATH, "block": ("block",)}
 #:   message), or they sleep on while the name is free (live.py's "idle" rule judges
 #:   these runs; pub/sub is never refused there: run.make_models).
 FOCI_HANDOVER: dict[str, tuple[str, ...]] = {**FOCI_BLOCK, "handover": ()}
-#: From SPLIT_FROM on, one more:
+#: From 'split' (plan.V1_FROM) on, one more:
 #:
 #: * ``split``: the turn queue's shapes (as ``turns``) on 3 or 5 nodes, under "split"
-#:   faults (world.SPLIT_FROM): a process's next release runs at once on some nodes
+#:   faults ('split' (plan.V1_FROM)): a process's next release runs at once on some nodes
 #:   and late on the others, and the messages the nodes publish meanwhile come late,
 #:   each subscriber's by its own delay. Grants land while a head's own attempt runs,
 #:   and are heard after its clean-up.
 FOCI_SPLIT: dict[str, tuple[str, ...]] = {**FOCI_HANDOVER, "split": ("split",)}
-#: From LONE_FROM on, one more:
+#: From 'lone' (plan.V1_FROM) on, one more:
 #:
 #: * ``lone``: one name, two processes of 4 tasks, mostly manual locks whose bodies end
 #:   with a shortening extend(); the second process rests between its operations, so
-#:   the first's streaks run alone and the second joins the line midway (world.LONE_FROM).
+#:   the first's streaks run alone and the second joins the line midway ('lone' (plan.V1_FROM)).
 #:   No fault: the liveness rules judge these runs.
 FOCI_LONE: dict[str, tuple[str, ...]] = {**FOCI_SPLIT, "lone": ()}
-#: From GRANTS_FROM on, one more:
+#: From 'grants' (plan.V1_FROM) on, one more:
 #:
 #: * ``grants``: one name, three processes of 1 or 2 tasks on 3 nodes, renewed locks and
 #:   extend()s, every waiter in line, pub/sub never refused (run.make_models), under
 #:   rolling pauses (run.paused_nodes): grants that a node makes as it comes back, to
 #:   a head that holds the lock by the other nodes since, heard after its renewals
-#:   counted that node (world.GRANTS_FROM).
+#:   counted that node ('grants' (plan.V1_FROM)).
 FOCI_GRANTS: dict[str, tuple[str, ...]] = {**FOCI_LONE, "grants": ("pause",)}
 
 
@@ -573,7 +562,7 @@ class Recorder:
         target = self._nudges.choice(waiting)
         scope, delay = target.scope, self._nudges.uniform(0.0, 0.0005)
         loop = asyncio.get_running_loop()
-        if self.world.seed >= MODELS_FROM and self._nudges.random() < 0.5:
+        if self.world.plan.has("models") and self._nudges.random() < 0.5:
             # At its next wake-up instead, within those 500 µs: the cancellation lands
             # after what woke it (a lock handed or leased to it, a grant) and before it
             # runs, so it never takes what it was given; a timer never lands there (the
@@ -781,27 +770,28 @@ class Worker:
     """One task of one process."""
 
     def __init__(
-        self, rec: Recorder, locks: LockManager, cfg: Config, owner: str, seed: int
+        self, rec: Recorder, locks: LockManager, cfg: Config, owner: str, plan: Plan
     ) -> None:
+        seed = plan.seed
         self.rec = rec
         self.locks = locks
         self.cfg = cfg
         self.owner = owner
         self.rng = random.Random(f"work-{seed}-{owner}")
-        #: From MODELS_FROM on: a manual lock left to expire may be acquired again by
+        #: From 'models' (plan.V1_FROM) on: a manual lock left to expire may be acquired again by
         #: the same handle, and a reentrant lock may be held without renewal, its inner
         #: level released by hand, perhaps after it expired (each drawn only there).
-        self.more = seed >= MODELS_FROM
-        #: The deadlines some extend() calls are given (Worker._extend, from MODELS_FROM
+        self.more = plan.has("models")
+        #: The deadlines some extend() calls are given (Worker._extend, from 'models' (plan.V1_FROM)
         #: on): drawn apart, so that the workload's other draws stay as they were.
         self.limits = random.Random(f"limits-{seed}-{owner}")
-        self.tight = seed >= TIGHT_FROM
-        #: From ATTACH_FROM on: whether a handover extends its lock longer before it
+        self.tight = plan.has("tight")
+        #: From 'attach' (plan.V1_FROM) on: whether a handover extends its lock longer before it
         #: detaches it (Worker.op_handover), drawn apart as the limits are.
-        self.attaching = random.Random(f"attach-{seed}-{owner}") if seed >= ATTACH_FROM else None
-        #: From FINAL_FROM on: whether a body that may extend ends with an extend(),
+        self.attaching = random.Random(f"attach-{seed}-{owner}") if plan.has("attach") else None
+        #: From 'final' (plan.V1_FROM) on: whether a body that may extend ends with an extend(),
         #: and by how much (Worker._body), drawn apart as the limits are.
-        self.finals = random.Random(f"final-{seed}-{owner}") if seed >= FINAL_FROM else None
+        self.finals = random.Random(f"final-{seed}-{owner}") if plan.has("final") else None
         self.process = int(owner[1:].split("t", maxsplit=1)[0])
         self.serial = itertools.count()
         self.cancelled_in_extend = False
@@ -861,7 +851,7 @@ class Worker:
             # A worker does something between two operations (never a spin: a try-once
             # acquire that fails at once, again and again, would stop virtual time).
             await asyncio.sleep(self.rng.uniform(0.0005, 0.005))
-            if self.process == self.cfg.resting:  # (see world.LONE_FROM)
+            if self.process == self.cfg.resting:  # (see 'lone' (plan.V1_FROM))
                 await asyncio.sleep(self.rng.uniform(0.05, 0.4))
 
     # -- helpers -----------------------------------------------------------------------
@@ -893,6 +883,8 @@ class Worker:
         """Work in steps while the handle says it is valid, for ``seconds`` at most."""
         until = self.now() + seconds
         self.cancelled_in_extend = False
+        #: The last step's unit of work, written once it is done (see _write).
+        done: list[tuple[Holding, float]] = []
         # (A run focused on chains: past its work, a renewed body ends just after a
         # renewal, so that its release may lease the lock on: see focus.)
         chase = self.cfg.focus == "chain" and any(h.renewed for h in holds)
@@ -902,6 +894,9 @@ class Worker:
                 now = self.now()
                 if self.process in self.rec.world.dead:
                     return  # (it died: nothing it does is judged any more)
+                if done:
+                    await self._write(done)
+                    now = self.now()
                 remaining = handle.remaining()
                 if remaining <= 0.0:
                     on_its_way = False
@@ -933,17 +928,19 @@ class Worker:
                     return
                 for h in holds:
                     self.rec.step(h, now, remaining, handle)
+                if self.cfg.fenced:
+                    done = [(h, now + remaining) for h in holds if h.domain[0] == "lock"]
                 if chase and until <= now < until + holds[0].ttl and remaining <= before:
                     before = remaining
                     await asyncio.sleep(CHASE_STEP)
                     continue
                 if now >= until:
                     if extend and self.finals is not None and self.cfg.shortened:
-                        # Always, and shorter (see world.LONE_FROM).
+                        # Always, and shorter (see 'lone' (plan.V1_FROM)).
                         await self._extend(handle, holds, factor=self.finals.uniform(0.2, 0.9))
                     elif extend and self.finals is not None and self.finals.random() < 0.5:
                         # Its last batch done, a worker that extends after each one:
-                        # released at once after (see world.FINAL_FROM).
+                        # released at once after (see 'final' (plan.V1_FROM)).
                         await self._extend(handle, holds, factor=self.finals.uniform(0.2, 1.5))
                     self.rec.nudge([h.domain[1] for h in holds if h.domain[0] == "lock"])
                     return
@@ -957,6 +954,23 @@ class Worker:
                     h.told_at = self.now()
                     h.told_in_extend = self.cancelled_in_extend
             raise
+
+    async def _write(self, done: list[tuple[Holding, float]]) -> None:
+        """Write a unit of work to the fenced resource with each lock's token, as it
+        is done: checked at a step, worked on since (a pause may have struck
+        meanwhile), written without checking again (Kleppmann's client), and awaited:
+        the body goes on once the resource answered."""
+        world = self.rec.world
+        resource = world.resource
+        assert resource is not None  # (Config.fenced)
+        for h, valid_until in done:
+            if h.token is None:
+                continue
+            name = h.domain[1]
+            self.rec.event(self.owner, f"writes {name!r} token {h.token}")
+            there, back = (world.rng.uniform(*BASE_LATENCY) for _ in range(2))
+            world.loop.call_at(world.now + there, resource.arrive, name, h.token, h, valid_until)
+            await asyncio.sleep(there + back)
 
     def _explained(self, error: QuorumError) -> None:
         """The rule "a quorum error names its failed nodes" (API.md: "too many nodes
@@ -988,7 +1002,7 @@ class Worker:
                 if lock._hold.extensions:
                     h.tangled = True
                 h.followed = lock._hold
-        # From MODELS_FROM on, 1 extend() in 4 under a deadline of its own (up to 2
+        # From 'models' (plan.V1_FROM) on, 1 extend() in 4 under a deadline of its own (up to 2
         # node timeouts), the body going on when it passes, as a caller that would
         # rather not wait for slow nodes does: extend() completes anyway (shielded),
         # and the validity and the renewal must follow what the nodes applied.
@@ -996,7 +1010,7 @@ class Worker:
         if self.more and self.limits.random() < 0.25:  # (a stream of its own: see __init__)
             limit = self.limits.uniform(0.0, 2 * NODE_TIMEOUT)
             if self.tight and self.limits.random() < 0.5:
-                limit = self.limits.uniform(0.0, 4 * BASE_LATENCY[1])  # (see TIGHT_FROM)
+                limit = self.limits.uniform(0.0, 4 * BASE_LATENCY[1])  # (plan.V1_FROM: tight)
         self.rec.event(
             self.owner, f"extend {ttl:.3f}" + (f" within {limit:.4f}" if limit is not None else "")
         )
@@ -1205,7 +1219,7 @@ class Worker:
         try:
             await self._body(lock, [h], self._work(0.5, lock.ttl))
             if self.attaching is not None and longer:
-                # Longer first: the attach then shortens the key (see ATTACH_FROM), and
+                # Longer first: the attach then shortens the key (see 'attach' (plan.V1_FROM)), and
                 # is not renewed: its body may outlive it by up to 2 ttls, the key left
                 # to expire before its release. (Cancelled in it, the lock is released:
                 # seed 562949973431919 kept it held and renewed.)
@@ -1309,7 +1323,7 @@ class Worker:
             await self._body(many, holds, self._work(1.5, many.ttl))
 
 
-async def run_processes(world: World, cfg: Config, rec: Recorder, seed: int) -> None:
+async def run_processes(world: World, cfg: Config, rec: Recorder, plan: Plan) -> None:
     """Every process with its tasks, until the run's end; then the managers close."""
     end = time.monotonic() + cfg.seconds
 
@@ -1323,7 +1337,7 @@ async def run_processes(world: World, cfg: Config, rec: Recorder, seed: int) -> 
                 rec.live.taken(event.name, p)
 
         nodes: list[Any] = list(world.urls)
-        if world.cluster:  # (each a cluster of one master: see world.CLUSTER_FROM)
+        if world.cluster:  # (each a cluster of one master: see 'cluster' (plan.V1_FROM))
             cluster: Any = RedisCluster  # (abstract to redis-py 5.0's annotations)
             nodes = [cluster(host=n.host, port=n.port) for n in world.nodes]
         async with LockManager(
@@ -1341,7 +1355,7 @@ async def run_processes(world: World, cfg: Config, rec: Recorder, seed: int) -> 
                     return queue is not None and queue.entry is not None
 
                 rec.live.members[p] = (locks._engine.turns.member, joined)
-            workers = [Worker(rec, locks, cfg, f"p{p}t{t}", seed) for t in range(cfg.tasks)]
+            workers = [Worker(rec, locks, cfg, f"p{p}t{t}", plan) for t in range(cfg.tasks)]
             async with asyncio.TaskGroup() as group:
                 for w in workers:
                     group.create_task(w.run(end))

@@ -16,7 +16,7 @@ back on some nodes past its node timeout), sever (with the commands in flight ap
 or not), pause, restart empty (with a new run_id or, as after a restore behind the
 quarantine's back, the same), failover (another server, empty, takes a node's address
 over), pub/sub messages late or lost, client stalls (the loop blocked: time passes,
-no client runs; between two batches of callbacks, or from STEP_STALL_FROM within one,
+no client runs; between two batches of callbacks, or from 'step_stall' (plan.V1_FROM) within one,
 while the nodes go on), and a process's wall clock stepping (jump).
 Node clocks drift: each node's clock runs at its own rate within the drift bound; each
 process's wall clock (``time.time``, the fencing floor's) may be off by a skew of its
@@ -44,7 +44,6 @@ from typing import Any
 
 import hiredis
 
-from aiolock._io.node import MIN_STALL_TIMEOUT
 from aiolock._lua import (
     EXTEND_MANY_SCRIPT,
     RELEASE_EITHER_SCRIPT,
@@ -57,6 +56,9 @@ from aiolock._lua import (
 
 from .given import SHAS as GIVEN_SHAS
 from .given import GivenTurns
+from .plan import Plan
+from .promised import WATCHDOG
+from .resource import Resource
 from .server import Error, Status, Store, ZSet, encode
 from .sleeps import ACQUIRE_SHA, Sleeps
 from .subs import Subscriptions
@@ -73,186 +75,8 @@ WALL_EPOCH = 1_790_000_000.0
 MAX_DELIVERIES = 300_000
 #: Loop iterations a run may take, likewise.
 MAX_ITERATIONS = 1_000_000
-#: Seeds from here on run on a loop that releases its timers one at a time (see
-#: :class:`SimLoop`): their histories are the same on every Python version. Seeds below
-#: run asyncio's batches, as the seeds kept from them were found on: they replay
-#: unchanged on the version they were found on, and about 1 in 100 differs on another.
-ORDERED_FROM = 2**35
-#: Seeds from here on give each simulated process a wall clock of its own: off by a
-#: skew drawn per run (``run.make_skews``, up to a minute: machines' clocks disagree),
-#: and the kinds include "jump" (a process's wall clock steps, forward or back, while
-#: its monotonic clock does not). The wall clock is what the fencing floor is read
-#: from: with one clock for every process the floor alone kept tokens increasing, and
-#: the nodes' counters, which must do it when clocks disagree, went untested (the
-#: named mutant that ignores them survived). Half the runs also give the managers a
-#: ``restart_grace`` of the longest ttl the run uses (``Config.grace``) instead of the
-#: default's 30 s floor, longer than any run: restarted nodes then leave their
-#: quarantine while the run goes on, and a holder must have repaired its key on them
-#: by then.
-SKEW_FROM = 2**36
-#: Seeds from here on give the liveness rules (live.py) more to judge: 2 schedules in 7
-#: have no fault (1 in 6 below), and those keep the library's real memory sizes (the
-#: rules apply only there).
-LIVE_FROM = 2**37
-#: Seeds from here on model more of the deployments the library meets (``run.make_models``,
-#: from a stream of their own): in some runs every node refuses pub/sub (an ACL without
-#: ``+subscribe``), in others the managers are given one server twice (another database
-#: number, or a second address) and must refuse to start.
-MODELS_FROM = 2**38
-#: Seeds from here on *focus* half their runs on one part of the library
-#: (``workload.FOCI``: the turn queue, renewal and repair, semaphores, leases): its
-#: operations only, on one name, with the shapes and the faults that part needs
-#: (``workload.focus``, ``run.make_faults``). A run that spreads itself over every
-#: operation and fault seldom makes the rarer paths' preconditions meet (a slot
-#: repaired on a restarted node, then tried by a rival; a streak of handoffs at its
-#: limit as a hold expires): 25 of the named mutants survived the spread-out search.
-FOCUS_FROM = 2**39
-#: Seeds from here on draw two more foci (``workload.FOCI_LATER``): ``repair``, nodes
-#: restarted empty one at a time, far enough apart that a holder renewing on repairs
-#: each before the next (a renewed lock lost there was lost needlessly: live.py's
-#: "kept held" rule judges those runs too), and ``stall``, renewed work under loop
-#: stalls and slow replies (confirmations read late, deadlines passed meanwhile).
-REPAIR_FROM = 2**40
-#: Seeds from here on draw one more focus (``workload.FOCI_LAG``): ``lag``, renewed
-#: locks under a steady extra latency on every link, each way (the "lag" fault: a
-#: round trip longer than node_timeout, well within the renewal's budget of a sixth of
-#: the ttl): a renewal waits for its replies that long, so no renewed lock is lost
-#: there (live.py's "kept held" rule judges those runs too).
-LAG_FROM = 2**41
-#: Seeds from here on draw one more focus (``workload.FOCI_DEATH``): ``death``, the turn
-#: queue's shapes with long ttls, and one process that dies (the "die" fault: its
-#: connections closed, what it had sent applied, and nothing more from it): its
-#: entry and its offer stay in line until they expire, and a release that grants it
-#: the lock must see that nobody hears the grant. The orphan rule judges those runs
-#: (workload.Recorder.look_for_orphans).
-DEATH_FROM = 2**42
-#: Seeds from here on give half the ``extend()`` calls that run under a deadline of
-#: their caller's one shorter than a round trip (workload.Worker._extend): the caller
-#: goes on while the nodes apply the extension, as a caller under a tight deadline
-#: does, and the followed rule (workload.Recorder.follows) reads that the validity
-#: follows what the nodes applied. Without faults a round trip is a few hundred µs,
-#: so a deadline of up to 2 node timeouts almost never passed first.
-TIGHT_FROM = 2**43
-#: Seeds from here on give half the schedules that draw no fault "subscribe" faults
-#: instead (run.late_subscriptions): what a process sends on its pub/sub connection to
-#: a node (its subscriptions) is held back up to 0.3 s, past the 0.1 s a waiter waits
-#: for the confirmations before its attempt. A release between that attempt and the
-#: node's subscription is not heard; the library wakes the waiter when the
-#: confirmation comes (``Waiting._subscribe``), so nothing excuses a wait there: the
-#: liveness rules judge those runs too (live.py).
-SUBSCRIBE_LATE_FROM = 2**44
-#: Seeds from here on renew in small chunks in half their runs (``run.make_chunks``,
-#: from a stream of their own): the renewal's batches of at most 1, 2 or 3 locks
-#: (``aiolock._core.batch.BATCH_LIMIT``, 1,000 for real), so that a batch of a few locks
-#: goes as several script calls, one after the other on each node's ordered
-#: connection, as a batch of thousands does. At the real size no run here ever had
-#: more than one, and the "one chunk" rule (:meth:`Link.from_client`) read nothing.
-CHUNKS_FROM = 2**45
-#: Seeds from here on give the managers, in a sixth of their runs (``run.Models``, from
-#: a stream of their own), each node as a **Redis Cluster** of one master serving every
-#: slot (a ``RedisCluster`` client): ``aiolock._io.cluster.ClusterNode`` reads the slot map
-#: (``CLUSTER SLOTS``), releases are announced with ``SPUBLISH`` and waiters listen with
-#: ``SSUBSCRIBE``, renewal batches are split by slot, and no process takes turns (none
-#: do on a cluster). Without restarts and failovers in those runs: a cluster is not
-#: checked for restarts (its masters come and go with the slot map), and its own
-#: failover is its replica's, which the world does not model. Nor MOVED, ASK or a
-#: second master.
-CLUSTER_FROM = 2**46
-#: Seeds from here on (the same range) make half their stalls strike **within a step**
-#: (``run.make_faults``, a stream of its own; ``Fault.flag``): the loop blocks inside a
-#: callback, as a task's own synchronous work blocks it, after ``Fault.rank`` more
-#: callbacks were scheduled (``SimLoop.call_soon``), not between two batches of them.
-#: So a stall can come between what a step schedules and the rest of it: between a
-#: fan-out's requests queued and their writes at the end of the iteration. And from
-#: here on, every stall lets the network and the nodes go on (World.stall): commands
-#: in flight arrive and run, and their replies wait to be read, as in a real process
-#: blocked (before, the world waited too, and a reply sent before a stall was read
-#: after every timer it had outlasted: a node timed out that had answered at once).
-STEP_STALL_FROM = 2**46
-#: From here on a client's transport has a socket the library can poll
-#: (``aiolock._io.protocol.unread``, through :class:`SimPoll`): what came while the
-#: clients' loop was blocked waits in it, replies or the connection's end, as in a real
-#: socket. The stall watchdog (``Node._send``) then sees that a node answered. (Before,
-#: there was no socket: after a stall of a second or more, every connection with a
-#: request that old was reset, though its replies had come; the real library keeps it.)
-#: And a command connection may go silent (a "silent" fault, in the swarm of kinds of
-#: unfocused runs), and runs focused on blocks have long ones in half their runs
-#: (``Config.long_blocks``). The search started here (twelfth and thirteenth sessions).
-SOCKETS_FROM = 2**47
-#: Seeds from here on give a quarter of the schedules that draw no fault "drop" faults
-#: instead (run.dropped_subscriptions, from a stream of its own; the late subscriptions'
-#: half stands): a process's pub/sub connection to a node (or every process's) is
-#: reset, the messages in flight to it lost, its subscriptions sent meanwhile run or
-#: not. The library makes up for it (``Waiting``: a waiter whose connection dropped
-#: tries again, as for a release it may have missed; but not at once after a release
-#: of ours named another process, which goes first), so nothing excuses a wait there:
-#: the liveness rules judge those runs too (live.py). Half the drops strike as the
-#: process's next release runs on a node (``Fault.rank``): what a head does when its
-#: connection drops just after a release of its process ended a streak, where it
-#: must hold back. The search started here (fourteenth session).
-DROP_FROM = 2**48
-#: Seeds from here on extend a lock to a longer ttl before they detach it in half
-#: their handovers (``Worker.op_handover``, drawn from a stream of its own): the
-#: ``attach()`` then resets the key to the lock's ttl, shortening it, which must be
-#: announced as a shortening ``extend()`` is (a waiter of another process sleeps on
-#: the longer PTTL it read). The search started here (fifteenth session).
-ATTACH_FROM = 2**49
-#: Seeds from here on draw one more focus (``workload.FOCI_HANDOVER``): ``handover``,
-#: one task in each of 2 or 3 processes, each lock of a handover extended longer
-#: before it is detached, and attached unrenewed, its key left to expire, while the
-#: other processes wait long for the name; no fault and pub/sub never refused, so
-#: the liveness rules judge them (a waiter asleep on the longer PTTL it read, the
-#: name free, is "idle"). And a focused run whose handovers extend sets its
-#: ``restart_grace`` to the longest ttl they ask for (before, twice the ttl for three
-#: times: the user's misconfiguration).
-HANDOVER_FROM = 2**50
-#: Seeds from here on end half the bodies that may extend their lock with one more
-#: ``extend()`` (shorter or longer, drawn from a stream of their own), released at
-#: once after it (``Worker._body``): a worker that extends after each batch, its last
-#: batch done. A shortening one is announced, and the heads of its own process hear it
-#: as its release goes out (the schedule of seed 17592286046564, which a body's steps
-#: 2 to 60 ms apart seldom gave). The search started here in the nineteenth session.
-FINAL_FROM = 2**51
-#: Seeds from here on draw one more focus (``workload.FOCI_SPLIT``): ``split``, the turn
-#: queue's shapes on 3 or 5 nodes under "split" faults (run.make_faults): a process's
-#: next release is *split*, run at once on some nodes and held back on the others (2 ms
-#: up to 1.5 s each, past the release's own node timeout: it lands after whatever came
-#: next), and what every node publishes for a while after it (the grants it makes, the
-#: "free" it announces) reaches each subscriber late by a draw of its own
-#: (:meth:`World.split_hold`). So a grant lands on some nodes while the head's own
-#: attempt runs on the others, and is heard after its clean-up there: the order that a
-#: head's undone grants (``aiolock._waiting.grants``, issue 32) need, which faults drawn at
-#: random times seldom lined up (twentieth session).
-SPLIT_FROM = 2**52
-#: Seeds from here on draw one more focus (``workload.FOCI_LONE``): ``lone``, one name
-#: and two processes, one of which rests 50 to 400 ms between its operations, so that
-#: the other's handoffs often find nobody else in line and its streak may run long
-#: (32: ``LONE_STREAK``); its manual locks end every body with a shortening
-#: ``extend()``, whose announcement wakes the process's own head as the release goes
-#: out: a release that only wakes a busy head, which must count as "someone may be in
-#: line" (the rule of lone.py). No fault: the liveness rules judge these runs. The
-#: search starts here (twentieth session).
-LONE_FROM = 2**53
-#: Seeds from here on draw one more focus (``workload.FOCI_GRANTS``): ``grants``, one
-#: name, three processes on 3 nodes, renewed and extended locks, every waiter in line,
-#: pub/sub never refused, under rolling pauses (run.paused_nodes): one node paused 0.2
-#: to 1.5 s, then another as it comes back. A node paused while a release ran on the
-#: others grants the head's offer as it comes back, after the head took the lock
-#: through the others, and runs the renewals and extend()s sent meanwhile; the next
-#: pause takes one of the others away while the holder counts on it, and the grant's
-#: message comes last. ``aiolock._waiting.grants`` must leave such a grant alone (issue 31's
-#: second break), which the search from 2**53 no longer reached in 5 minutes: its
-#: unfocused half, diluted by the ranges above it, needed 3,299 of its own schedules
-#: (twenty-first session; docs/project/testing.md). The search starts here.
-GRANTS_FROM = 2**54
 #: The simulated sockets' file descriptors start here (far above any real one).
 SOCKET_FDS = 1 << 24
-#: The stall watchdog's time in the runs (``aiolock._io.node``: 20 x node_timeout is less):
-#: a connection whose oldest request waited longer, with nothing to read, is reset as the
-#: next request is sent. From SOCKETS_FROM on, a connection may go silent (a "silent"
-#: fault: a half-open connection, whose node's end is gone without a word, or a
-#: firewall that drops its packets): the rule "a silent connection is given up" (Link).
-WATCHDOG = MIN_STALL_TIMEOUT
 #: The releases a split fault holds back (see World.split_hold).
 _RELEASES = (RELEASE_TURN_SCRIPT.sha, RELEASE_SCRIPT.sha)
 #: The EVALSHA of the renewal's batch script (see Link.from_client).
@@ -326,15 +150,20 @@ class SimLoop(asyncio.SelectorEventLoop):
     def __init__(self, world: World, *, ordered: bool = True) -> None:
         self.world = world
         self.ordered = ordered
-        self._timers: list[tuple[float, int, asyncio.TimerHandle]] = []
+        self._timers: list[tuple[float, int, asyncio.Handle]] = []
         self._timer_seq = 0
         #: Tasks to cancel as they are next woken, until when, and how (see call_soon).
         self.cancel_at_wake: dict[Any, tuple[float, Callable[[], None]]] = {}
-        #: A stall within a step (see STEP_STALL_FROM): how many more callbacks are
+        #: A stall within a step (see 'step_stall' (plan.V1_FROM)): how many more callbacks are
         #: scheduled before it strikes, and how long it lasts.
         self.blocking: list[Any] | None = None
         #: A stall is running the world's timers (see run_world_until).
         self.stalling = False
+        #: A stall within a step counts the clients' writes, not the callbacks.
+        self.at_writes = world.plan.version >= 2
+        #: Processes paused ("freeze" faults): process -> until when. Their callbacks
+        #: and timers wait until then; the world's, and the other processes', go on.
+        self.frozen: dict[int, float] = {}
         super().__init__(_Selector(world))
 
     def time(self) -> float:
@@ -358,18 +187,46 @@ class SimLoop(asyncio.SelectorEventLoop):
         its wake-up is scheduled (what woke it has happened, it has not run yet). A
         stall within a step strikes here: the callback running blocks the loop before
         it schedules this one (a task's own work, or another's, between two awaits)."""
-        if self.blocking is not None and not self.stalling:
-            self.blocking[0] -= 1
-            if self.blocking[0] <= 0:
-                seconds, self.blocking = self.blocking[1], None
-                self.world.trace(f"stall {seconds:.3f}s within a step")
-                self.world.stall(seconds)
+        if self.blocking is not None and not self.at_writes:
+            self.count_down()
         if self.cancel_at_wake:
             task = getattr(callback, "__self__", None)
             armed = self.cancel_at_wake.pop(task, None) if task is not None else None
             if armed is not None and self.world.now <= armed[0]:
                 armed[1]()
-        return super().call_soon(callback, *args, context=context)
+        handle = super().call_soon(callback, *args, context=context)
+        if self.frozen and (until := self._frozen_until(handle, self.world.now)) is not None:
+            self._ready.pop()  # type: ignore[attr-defined]  # (it was appended last)
+            self._timer_seq += 1
+            heapq.heappush(self._timers, (until, self._timer_seq, handle))
+        return handle
+
+    def count_down(self) -> None:
+        """One more callback scheduled (version 1) or write made (version 2) toward a
+        stall within a step: it strikes when the count is done. (The callbacks a step
+        schedules differ between Python versions, its writes do not: only version 2's
+        histories are the same on every version with these stalls.)"""
+        if self.blocking is None or self.stalling:
+            return
+        self.blocking[0] -= 1
+        if self.blocking[0] <= 0:
+            seconds, self.blocking = self.blocking[1], None
+            self.world.trace(f"stall {seconds:.3f}s within a step")
+            self.world.stall(seconds)
+
+    def _frozen_until(self, handle: asyncio.Handle, at: float) -> float | None:
+        """When ``handle``'s process thaws, if it is paused ``at`` and ``handle`` is its: a
+        client's (its task's context names the process; a transport's end, its
+        link's), not the world's (messages, nodes, faults)."""
+        owner = getattr(handle._callback, "__self__", None)  # type: ignore[attr-defined]
+        if isinstance(owner, ClientTransport):
+            process = owner.link.process
+        elif isinstance(owner, Pipe | SimNode | World | Link | Resource | list | dict | set):
+            return None
+        else:
+            process = handle._context.get(current_process, -1)  # type: ignore[attr-defined]
+        until = self.frozen.get(process)
+        return until if until is not None and until > at else None
 
     def release_next(self) -> bool:
         """Make the next live timer ready, the clock at its time: False if none is left."""
@@ -377,6 +234,10 @@ class SimLoop(asyncio.SelectorEventLoop):
         while timers:
             when, _seq, timer = heapq.heappop(timers)
             if timer.cancelled():
+                continue
+            if self.frozen and (until := self._frozen_until(timer, when)) is not None:
+                self._timer_seq += 1  # (its process is paused: due when it thaws)
+                heapq.heappush(timers, (until, self._timer_seq, timer))
                 continue
             self.world.now = max(self.world.now, when)
             self._ready.append(timer)  # type: ignore[attr-defined]
@@ -404,7 +265,7 @@ class SimLoop(asyncio.SelectorEventLoop):
         finally:
             self.stalling = False
 
-    def _world_side(self, timer: asyncio.TimerHandle) -> bool:
+    def _world_side(self, timer: asyncio.Handle) -> bool:
         """Whether ``timer`` is the world's, not a client's: a message toward a node, a
         paused node resuming, a fault beginning (but a stall) or ending."""
         owner = getattr(timer._callback, "__self__", None)  # type: ignore[attr-defined]
@@ -444,10 +305,17 @@ class Pipe:
     """One direction of a connection: ordered, each message with its own latency."""
 
     def __init__(
-        self, world: World, arrive: Callable[[bytes], None], *, to_server: bool = False
+        self,
+        world: World,
+        arrive: Callable[[bytes], None],
+        *,
+        to_server: bool = False,
+        process: int = -1,
     ) -> None:
         self.world = world
         self.arrive = arrive
+        #: Toward a client: its process, which reads nothing while it is paused.
+        self.process = process
         #: Toward a node: it goes on while the client's loop is blocked (World.stall).
         self.to_server = to_server
         self.queue: deque[tuple[float, bytes]] = deque()
@@ -468,6 +336,10 @@ class Pipe:
     def _deliver(self) -> None:
         self._timer = None
         world = self.world
+        until = world.loop.frozen.get(self.process, 0.0) if not self.to_server else 0.0
+        if until > world.now:  # (its process is paused: it waits in the socket)
+            self._timer = world.loop.call_at(until, self._deliver)
+            return
         world.deliveries += 1
         if world.deliveries > world.max_deliveries and not world.busy:
             world.busy = True  # a run that does not end in reasonable work: stop it
@@ -498,6 +370,9 @@ class ClientTransport(asyncio.Transport):
         self._closing = False
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
+        loop = self.link.world.loop
+        if loop.blocking is not None and loop.at_writes:
+            loop.count_down()  # (it blocks before this write: see SimLoop.count_down)
         if not self._closing and not self.link.dead:
             self.link.from_client(bytes(data))
 
@@ -520,7 +395,7 @@ class ClientTransport(asyncio.Transport):
     def get_extra_info(self, name: str, default: Any = None) -> Any:
         if name == "peername":
             return (self.link.node.host, self.link.node.port)
-        if name == "socket" and self.link.world.seed >= SOCKETS_FROM:
+        if name == "socket" and self.link.world.plan.has("sockets"):
             return SimSocket(SOCKET_FDS + self.link.number)
         return default
 
@@ -562,7 +437,7 @@ class ClientTransport(asyncio.Transport):
 
 class SimSocket:
     """A simulated connection's socket, as ``transport.get_extra_info("socket")``: a
-    file descriptor number that :class:`SimPoll` answers for (see SOCKETS_FROM)."""
+    file descriptor number that :class:`SimPoll` answers for (see 'sockets' (plan.V1_FROM))."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
@@ -618,7 +493,7 @@ class Link:
         self.pubsub = False
         self.transport = ClientTransport(self)
         self.up = Pipe(world, self._at_server, to_server=True)
-        self.down = Pipe(world, self._at_client)
+        self.down = Pipe(world, self._at_client, process=process)
         self.reader = hiredis.Reader()
         self.channels: set[tuple[bytes, bool]] = set()
         self.dead = False
@@ -807,6 +682,8 @@ class SimNode:
         self.host, self.port = f"10.0.0.{index + 1}", 6379
         self.url = f"redis://{self.host}:{self.port}"
         self.rate = rate
+        #: How far its clock has stepped ("clock" faults), in milliseconds.
+        self.jumped_ms = 0.0
         self.store = Store(self.clock_ms, self.publish)
         self.started = world.now - 3600.0  # up for an hour when the run begins
         #: When it last came back empty (a restart or a failover).
@@ -829,7 +706,7 @@ class SimNode:
         return b"%040x" % self.world.rng.getrandbits(160)
 
     def clock_ms(self) -> float:
-        return (EPOCH + (self.world.now - EPOCH) * self.rate) * 1000.0
+        return (EPOCH + (self.world.now - EPOCH) * self.rate) * 1000.0 + self.jumped_ms
 
     def ends(self, key: bytes) -> float:
         """When ``key`` ends here, in virtual time (-inf: no such key; inf: no ttl),
@@ -837,7 +714,9 @@ class SimNode:
         if key not in self.store.data:
             return -math.inf
         expiry = self.store.expires.get(key)
-        return math.inf if expiry is None else EPOCH + (expiry / 1000.0 - EPOCH) / self.rate
+        if expiry is None:
+            return math.inf
+        return EPOCH + ((expiry - self.jumped_ms) / 1000.0 - EPOCH) / self.rate
 
     def receive(self, link: Link, command: list[bytes]) -> None:
         if self.world.now < self.paused_until or self.backlog:
@@ -1128,6 +1007,11 @@ class Fault:
             "jump": f"p{self.process} wall clock {self.scale:+.6f}s",
             "lag": f"every link {self.seconds:.3f}s +{self.scale * 1000:.1f}ms each way",
             "die": f"p{self.process}",
+            "partition": f"p{self.process} from "
+            + ",".join(f"n{i}" for i in range(16) if self.rank >> i & 1)
+            + f" {self.seconds:.3f}s",
+            "freeze": f"p{self.process} paused {self.seconds:.3f}s",
+            "clock": f"n{self.node} clock {self.scale:+.3f}s",
             "split": f"p{self.process} its next release, held up to "
             f"{self.scale * 1000:.0f}ms, messages late for {self.seconds:.3f}s",
             "subscribe": f"n{self.node if self.node >= 0 else '*'} p{self.process} "
@@ -1138,13 +1022,13 @@ class Fault:
 
 def only_late_subscriptions(faults: Sequence[Fault]) -> bool:
     """Whether ``faults`` are none, or late subscriptions only: a run without faults
-    for the memories' sizes and the "kept held" rule (see SUBSCRIBE_LATE_FROM)."""
+    for the memories' sizes and the "kept held" rule (see 'subscribe_late' (plan.V1_FROM))."""
     return all(fault.kind == "subscribe" for fault in faults)
 
 
 def quiet(faults: Sequence[Fault]) -> bool:
     """Whether ``faults`` are none, or late subscriptions and dropped pub/sub
-    connections only (see DROP_FROM): the library makes up for them, and they touch no
+    connections only (see 'drop' (plan.V1_FROM)): the library makes up for them, and they touch no
     command: a run without faults for the memories' sizes and the "kept held" rule."""
     return all(fault.kind in ("subscribe", "drop") for fault in faults)
 
@@ -1159,7 +1043,7 @@ def excusing(faults: Sequence[Fault]) -> bool:
 class World:
     """Nodes, links, the clock, the random streams and the faults of one run."""
 
-    seed: int
+    plan: Plan
     nodes_count: int
     drift: float  # the clocks' rates lie within 1 ± drift
     faults: list[Fault]
@@ -1168,8 +1052,9 @@ class World:
     nodes: list[SimNode] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        self.seed = self.plan.seed
         self.rng = random.Random(f"net-{self.seed}")
-        self.loop = SimLoop(self, ordered=self.seed >= ORDERED_FROM)
+        self.loop = SimLoop(self, ordered=self.plan.has("ordered"))
         self.nodes = [
             SimNode(self, i, 1.0 + self.rng.uniform(-self.drift, self.drift))
             for i in range(self.nodes_count)
@@ -1185,6 +1070,10 @@ class World:
         self.busy = False
         self.links: list[Link] = []
         self._delays: list[tuple[Fault, set[Link] | None]] = []
+        #: Partitions on: (process, node) -> when it heals ("partition" faults).
+        self.cuts: dict[tuple[int, int], float] = {}
+        #: Each process's pauses ("freeze" faults), as they happened: (start, end).
+        self.freezes: dict[int, list[tuple[float, float]]] = {}
         self._lags: list[Fault] = []
         #: The processes that died ("die" faults), and when.
         self.dead: dict[int, float] = {}
@@ -1193,10 +1082,10 @@ class World:
         self.writers: dict[tuple[int, bytes], tuple[int, float]] = {}
         self._pubsub: list[Fault] = []
         self._subscribing: list[Fault] = []
-        #: Drops armed to strike at a release (see DROP_FROM and SimNode._execute).
+        #: Drops armed to strike at a release (see 'drop' (plan.V1_FROM) and SimNode._execute).
         self.at_release: list[Fault] = []
         self._late: list[Fault] = []
-        #: Splits armed, each until its process's next release (see SPLIT_FROM); the
+        #: Splits armed, each until its process's next release (see 'split' (plan.V1_FROM)); the
         #: fate of the split release being sent now ((process, instant), node -> how
         #: long it is held back), and the nodes whose messages come late meanwhile
         #: (node, until, the most, the extra drawn for each subscriber link).
@@ -1228,7 +1117,7 @@ class World:
         self.on_undone: Callable[[bytes], None] | None = None
         #: Each key a command left alive without a ttl, the first time: when, where.
         self.bare: dict[bytes, tuple[float, int]] = {}
-        #: Every node refuses SUBSCRIBE and SSUBSCRIBE (from MODELS_FROM on, some runs).
+        #: Every node refuses SUBSCRIBE and SSUBSCRIBE (from 'models' (plan.V1_FROM) on, some runs).
         self.pubsub_refused = False
         #: What the clients wrote against the "one chunk" rule (Link.from_client).
         self.wire: list[str] = []
@@ -1239,7 +1128,7 @@ class World:
         self.promises: list[str] = []
         #: (key, token) -> node -> whether its last renewal batch extended the key there.
         self.renewed: dict[tuple[bytes, bytes], dict[int, bool]] = {}
-        #: Every node is a cluster of one master (from CLUSTER_FROM on, some runs): it
+        #: Every node is a cluster of one master (from 'cluster' (plan.V1_FROM) on, some runs): it
         #: answers ``CLUSTER SLOTS``.
         self.cluster = False
         #: The rules on a process's subscriptions to its grants (subs.py), where they
@@ -1251,6 +1140,8 @@ class World:
         #: The rule "the turn given goes first" (given.py; where subs.py's are judged,
         #: with the library's memory sizes: run.run), or None.
         self.given: GivenTurns | None = None
+        #: The fenced resource the bodies write to (resource.py), where a run has one.
+        self.resource: Resource | None = None
 
     @property
     def urls(self) -> list[str]:
@@ -1276,6 +1167,8 @@ class World:
         node = self._by_address.get((host, port))
         process = current_process.get()
         await asyncio.sleep(2 * self.rng.uniform(*BASE_LATENCY))
+        if node is not None and (cut := self.cut_for(process, node.index)):
+            await asyncio.sleep(cut)  # (its SYNs are retransmitted until the heal)
         if node is None or self.now < node.down_until or process in self.dead:
             raise ConnectionRefusedError(f"{host}:{port}: connection refused (simulated)")
         self._links += 1
@@ -1300,6 +1193,8 @@ class World:
                 latency += self.rng.expovariate(1.0 / fault.scale)
         for fault in self._lags:  # (steady: within 10 % of its scale)
             latency += fault.scale * self.rng.uniform(0.9, 1.1)
+        if self.cuts:
+            latency += self.cut_for(link.process, link.node.index)
         if self._split_replies and direction == "down" and not link.pubsub:
             for node, until, most, extras in self._split_replies:  # (see split_hold)
                 if node == link.node.index and self.now < until:
@@ -1342,7 +1237,7 @@ class World:
         return self._burst[1].get(link.node.index, 0.0)
 
     def split_hold(self, link: Link, data: bytes) -> float:
-        """Under a split fault (see SPLIT_FROM): how long this write is held back.
+        """Under a split fault (see 'split' (plan.V1_FROM)): how long this write is held back.
 
         The first release (``RELEASE_TURN``, or a plain ``RELEASE``: a clean-up's too)
         that ``link``'s process writes once a split of it is armed decides the fate of
@@ -1528,13 +1423,13 @@ class World:
                 if fault.process in (-1, link.process):
                     link.sever(apply=fault.flag)
                     break
-        elif kind == "split":  # (from SPLIT_FROM on): armed until the next release
+        elif kind == "split":  # (from 'split' (plan.V1_FROM) on): armed until the next release
             self.splits.append(fault)
-        elif kind == "drop" and fault.rank:  # (from DROP_FROM on)
+        elif kind == "drop" and fault.rank:  # (from 'drop' (plan.V1_FROM) on)
             self.at_release.append(fault)
         elif kind == "drop":
             self.drop(fault, fault.process)
-        elif kind == "silent":  # (from SOCKETS_FROM on)
+        elif kind == "silent":  # (from 'sockets' (plan.V1_FROM) on)
             for link in list(node.sessions):
                 if fault.process in (-1, link.process) and not link.pubsub:
                     link.silence()
@@ -1550,12 +1445,38 @@ class World:
             # monotonic clock, which the library times everything with, does not.
             process = fault.process
             self.skews[process] = self.skews.get(process, 0.0) + fault.scale
-        elif kind == "stall" and fault.flag:  # within a step (see STEP_STALL_FROM)
+        elif kind == "partition":
+            # The process and the nodes in the mask (``rank``) reach each other no more,
+            # either way, until it heals: what is sent meanwhile arrives after.
+            heals = self.now + fault.seconds
+            for index in range(len(self.nodes)):
+                if fault.rank >> index & 1:
+                    self.cuts[(fault.process, index)] = heals
+        elif kind == "freeze":
+            # One process paused (a GC pause, a VM descheduled): none of its code runs,
+            # what reaches it waits in its sockets; the nodes and the others go on.
+            until = max(self.now + fault.seconds, self.loop.frozen.get(fault.process, 0.0))
+            self.loop.frozen[fault.process] = until
+            self.freezes.setdefault(fault.process, []).append((self.now, until))
+        elif kind == "clock":
+            # A node's clock steps (an operator, NTP stepping): its keys' ttls, which
+            # it counts on its own clock, end that much sooner or later.
+            node.jumped_ms += fault.scale * 1000.0
+        elif kind == "stall" and fault.flag:  # within a step (see 'step_stall' (plan.V1_FROM))
             self.loop.blocking = [fault.rank, fault.seconds]
         elif kind == "stall":
             self.stall(fault.seconds)
         else:  # pragma: no cover - a fault kind without its code
             raise ValueError(kind)
+
+    def cut_for(self, process: int, node: int) -> float:
+        """How long a message between ``process`` and ``node`` waits for a partition
+        between them to heal (0.0: none): TCP retransmits it then, a retransmission
+        timeout after (up to 0.2 s)."""
+        heals = self.cuts.get((process, node))
+        if heals is None or heals <= self.now:
+            return 0.0
+        return heals - self.now + self.rng.uniform(0.0, 0.2)
 
     def drop(self, fault: Fault, process: int) -> bool:
         """Reset ``process``'s pub/sub connections to ``fault``'s node (-1: to every
@@ -1574,12 +1495,12 @@ class World:
 
     def stall(self, seconds: float) -> None:
         """The clients' loop is blocked for ``seconds``: time passes, no client runs.
-        From STEP_STALL_FROM on, the network and the nodes go on meanwhile (commands
+        From 'step_stall' (plan.V1_FROM) on, the network and the nodes go on meanwhile (commands
         arrive and run, replies come back and wait to be read, faults begin and end);
         before, everything waited for the stall's end."""
         end = self.now + seconds
         self.stalls.append((self.now, end))
-        if self.seed >= STEP_STALL_FROM:
+        if self.plan.has("step_stall"):
             self.loop.run_world_until(end)
         self.now = end
         if self.observer is not None:
@@ -1642,11 +1563,6 @@ def virtual_process(world: World, seed: int) -> Iterator[None]:
 
 
 __all__ = [
-    "LIVE_FROM",
-    "MODELS_FROM",
-    "ORDERED_FROM",
-    "SKEW_FROM",
-    "SOCKETS_FROM",
     "Deadlock",
     "Error",
     "Fault",
