@@ -411,3 +411,11 @@ def test_kleppmann_a_paused_holder_s_stale_write_is_refused() -> None:
     assert "p0t0 writes" in out
     refused = [line for line in out.splitlines() if "REFUSED" in line]
     assert len(refused) >= 2, out[-3000:]
+
+
+def test_the_findings_table_lists_every_kept_seed() -> None:
+    """docs/project/findings.md is made from tests/sim/kept.py (``python -m tests.sim
+    findings``): a seed kept since must be in it."""
+    table = (ROOT / "docs" / "project" / "findings.md").read_text()
+    seeds = [seed for seed, _, _ in REGRESSIONS] + [seed for _, seed, _, _ in CAUGHT]
+    assert [seed for seed in seeds if f"| `{seed}` |" not in table] == []

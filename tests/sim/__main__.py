@@ -6,6 +6,7 @@
     python -m tests.sim mutants [NAME ...] [--seconds S] [--first N] [--where T,..]
     python -m tests.sim digests [--first N] [--count K | --kept]
     python -m tests.sim regressions [--first-for NAME]
+    python -m tests.sim findings
 
 ``search`` plays seeds first, first + 1, ... and stops at the first failing one, which
 it prints with the command that replays it (``--where``: only the seeds whose run has
@@ -42,7 +43,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
-from .kept import CAUGHT, SCHEDULES, kept, target
+from .kept import CAUGHT, REGRESSIONS, SCHEDULES, kept, target
 from .plan import LATEST, Plan
 from .run import Result, Schedule, run, shape, shrink
 
@@ -276,6 +277,44 @@ def mutants(
     return 1 if survived else 0
 
 
+def findings() -> int:
+    """Print docs/project/findings.md: every kept seed or schedule, what it found, and
+    the first commit that recorded it (``git log -S``)."""
+
+    def first(seed: int | str) -> str:
+        log = ["git", "log", f"-S{seed}", "--format=%h %ad", "--date=short", "--reverse"]
+        out = subprocess.run(
+            [*log, "--", "tests/", "docs/"], capture_output=True, text=True, check=False
+        )
+        return out.stdout.split("\n")[0] or "(not yet committed)"
+
+    def kept(faults: list[int] | None) -> str:
+        return "all" if faults is None else ",".join(map(str, faults)) or "none"
+
+    print(FINDINGS_HEAD)
+    print("| plan | faults kept | what broke | first recorded |\n| --- | --- | --- | --- |")
+    for seed, faults, why in REGRESSIONS:
+        print(f"| `{seed}` | {kept(faults)} | {why} | {first(seed)} |")
+    print("\n## Named mutants the simulation kills\n")
+    print("| plan | faults kept | named mutant | rule that fails | first recorded |")
+    print("| --- | --- | --- | --- | --- |")
+    for name, seed, faults, rule in CAUGHT:
+        print(f"| `{seed}` | {kept(faults)} | {name} | {rule} | {first(seed)} |")
+    return 0
+
+
+FINDINGS_HEAD = """# Findings of the simulation
+
+What the simulation (docs/project/testing.md) found, one row per schedule kept as a
+test: its plan (a bare number is a version-1 plan, `v2:N` a version-2 one, a name a
+schedule written out whole), the faults its shrinking kept, and what broke. "First
+recorded" is the first commit that names it; the commit messages around it tell the
+story. Made by `python -m tests.sim findings > docs/project/findings.md`.
+
+## Regressions
+"""
+
+
 def _target(text: str) -> Plan | Schedule:
     """A plan (``v2:SEED``, ``SEED``) or a kept schedule's name (kept.SCHEDULES)."""
     return SCHEDULES[text] if text in SCHEDULES else Plan.parse(text)
@@ -314,9 +353,12 @@ def main(argv: list[str]) -> int:
     d.add_argument("--count", type=int, default=20)
     d.add_argument("--version", type=int, default=LATEST)
     d.add_argument("--kept", action="store_true", help="the seeds kept as tests, instead")
+    sub.add_parser("findings")
     g = sub.add_parser("regressions")
     g.add_argument("--first-for", help="a named mutant: the seeds kept for it first")
     args = parser.parse_args(argv)
+    if args.command == "findings":
+        return findings()
     if args.command == "regressions":
         _limit_memory()
         return regressions(args.first_for)
