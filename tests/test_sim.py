@@ -38,6 +38,9 @@ from tests.sim.server import Error, Status, Store
 ROOT = Path(__file__).resolve().parent.parent
 #: How many schedules every run of the suite searches (``nox -s sim`` searches on).
 BUDGET = int(os.environ.get("AIOLOCK_SIM_SCHEDULES", "1500"))
+#: The simulation's own hash seed, given up front: its command line would start itself
+#: again to set it (one interpreter more per replay).
+ENV = {**os.environ, "PYTHONHASHSEED": "0"}
 
 
 def _normal(reply: Any) -> Any:
@@ -172,6 +175,7 @@ def _replay(seed: int | str) -> str:
     out = subprocess.run(
         [sys.executable, "-m", "tests.sim", "replay", str(seed), "--around", "0"],
         cwd=ROOT,
+        env=ENV,
         capture_output=True,
         text=True,
         check=False,
@@ -222,7 +226,7 @@ def test_seeds_that_once_failed(seed: int, keep: list[int] | None, why: str) -> 
     args = ["replay", str(seed), *(["--keep", ",".join(map(str, keep))] if keep else [])]
     out = subprocess.run(
         [sys.executable, "-m", "tests.sim", *args],
-        cwd=ROOT, capture_output=True, text=True, check=False, timeout=300,
+        cwd=ROOT, capture_output=True, text=True, check=False, timeout=300, env=ENV,
     )  # fmt: skip
     assert out.returncode == 0, (why, out.stdout[-3000:], out.stderr[-2000:])
 
@@ -366,11 +370,13 @@ def test_named_mutants_are_caught_by_the_seeds_the_search_found(
         ",".join(map(str, keep)),
     ]
     reverted = subprocess.run(
-        args, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300
+        args, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300, env=ENV
     )
     assert reverted.returncode == 1, reverted.stdout[-3000:] + reverted.stderr[-2000:]
     assert f"VIOLATION {rule}:" in reverted.stdout, reverted.stdout[-3000:]
-    ours = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, check=False, timeout=300)
+    ours = subprocess.run(
+        args, cwd=ROOT, capture_output=True, text=True, check=False, timeout=300, env=ENV
+    )
     assert ours.returncode == 0, ours.stdout[-3000:] + ours.stderr[-2000:]
 
 
@@ -393,7 +399,7 @@ def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
     count = BUDGET // 2
     out = subprocess.run(
         [sys.executable, "-m", "tests.sim", "search", "--first", str(first), "--count", str(count)],
-        cwd=ROOT, capture_output=True, text=True, check=False, timeout=1200,
+        cwd=ROOT, capture_output=True, text=True, check=False, timeout=1200, env=ENV,
     )  # fmt: skip
     print(out.stdout)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
