@@ -1118,6 +1118,26 @@ MUTANTS = [
             "test_a_process_whose_queue_fills_again_as_its_confirmations_lag_stays_in_line",
         ),
     ),
+    # Found by the simulation's version 2 (plan v2:78525548743244): a block within the
+    # writes of a fan-out whose requests wait for the iteration's end.
+    Mutant(
+        "a fan-out's timer set going before its requests are sent",
+        "quorum.py",
+        "        record = votes.record\n        for i in indices:",
+        "        WriteTimer(self.node_timeout, votes.expire, self.node_timeout, self.names)\n"
+        "        record = votes.record\n        for i in indices:",
+        (
+            "tests/test_node_io.py::"
+            "test_a_block_within_a_fan_outs_writes_does_not_eat_its_node_timeout",
+        ),
+    ),
+    Mutant(
+        "a request written after a block inside its write is timed from before the block",
+        "node.py",
+        "                if written - now > self._request_timeout:",
+        "                if False:",
+        ("tests/test_node_io.py::test_a_block_inside_a_write_is_not_the_node_falling_silent",),
+    ),
     # The simulation's own guard, not the library's: with it gone, Kleppmann's scenario
     # (tests/sim/kept.py, SCHEDULES) must show the stale write accepted.
     Mutant(

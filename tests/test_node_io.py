@@ -93,6 +93,41 @@ async def test_a_long_loop_iteration_after_a_request_does_not_eat_its_node_timeo
             await asyncio.gather(*releasing)
 
 
+async def test_a_block_within_a_fan_outs_writes_does_not_eat_its_node_timeout(
+    urls: list[str], name: str
+) -> None:
+    # A script's first use on a connection writes its load at once and holds its
+    # EVALSHA for the loop iteration's end (Node._write), after the fan-out's timer was
+    # set going. The process blocks inside those writes (a GC pause in the second
+    # node's write): the nodes written after the block must still get their whole
+    # node_timeout from their writes. Timed from before them, every node but the first
+    # timed out and the semaphore's acquire failed its quorum (found by the simulation:
+    # plan v2:78525548743244, a stall within a step of a semaphore's release).
+    async with LockManager(urls, node_timeout=0.2, restart_grace=0) as locks:
+        nodes = [await _connected_node(node) for node in seam.nodes(locks)]
+        transport = nodes[1]._transport
+        assert transport is not None
+        write, blocked = transport.write, []
+
+        def block_once(data: bytes) -> None:
+            if b"EVALSHA" in data and not blocked:
+                blocked.append(data)
+                time.sleep(0.5)
+            write(data)
+
+        transport.write = block_once  # type: ignore[method-assign,assignment]
+        semaphore = locks.semaphore(name, 2, ttl=10)
+        assert await semaphore.acquire(timeout=0)
+        assert blocked
+        await semaphore.release()
+
+
+async def _connected_node(node: Any) -> Node:
+    assert isinstance(node, Node)
+    await node.connect()
+    return node
+
+
 async def test_a_script_first_used_on_a_connection_runs_in_the_order_it_was_written(
     urls: list[str], name: str
 ) -> None:
@@ -173,6 +208,41 @@ async def test_a_request_kept_in_the_write_buffer_through_a_block_is_timed_from_
         loop.call_soon(block_between_send_and_write)
         await task
         assert [await reply for reply in replies] == [b"OK", None, b"1"]
+        assert node._transport is transport  # never reset
+
+
+async def test_a_block_inside_a_write_is_not_the_node_falling_silent(
+    urls: list[str], name: str
+) -> None:
+    # The process blocks inside a request's write, before its bytes leave (a GC pause
+    # in transport.write), for longer than the stall watchdog's timeout. The next
+    # request finds the first unanswered: it was written just now, and its reply takes
+    # 0.3 s, so nothing waits to be read. Timed from before the block, the watchdog took
+    # the node for silent and reset a healthy connection, failing both requests (found
+    # by the simulation: plan v2:54618783178458, an extend()'s fan-out).
+    assert MIN_STALL_TIMEOUT < 1.5
+    loop = asyncio.get_running_loop()
+    # (node_timeout 50 ms: the watchdog's timeout is its floor, MIN_STALL_TIMEOUT.)
+    async with LockManager(urls[:1], node_timeout=0.05, restart_grace=0) as locks:
+        node = await _connected(locks)
+        transport = node._transport
+        assert transport is not None
+        write = transport.write
+
+        def paused(data: bytes) -> None:
+            if b"BLPOP" in data:
+                time.sleep(1.5)
+            write(data)
+
+        pong: asyncio.Future[Any] = loop.create_future()
+        node.call((b"PING",), pong.set_result)
+        await pong  # (nothing pending: the connection's script loads answered too)
+        transport.write = paused  # type: ignore[method-assign,assignment]
+        key = name.encode()
+        replies: list[asyncio.Future[Any]] = [loop.create_future() for _ in range(2)]
+        node.call((b"BLPOP", key + b":list", b"0.3"), replies[0].set_result)
+        node.call((b"GET", key), replies[1].set_result)
+        assert [await reply for reply in replies] == [None, None]
         assert node._transport is transport  # never reset
 
 

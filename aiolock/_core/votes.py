@@ -282,8 +282,9 @@ class WriteTimer:
 
     A node writes the requests of one loop iteration at its end (see _io/node.py): a
     timer started with the requests would lose to that iteration however long it ran
-    (a task blocking the loop), and time the nodes out before they were asked. Started
-    by ``call_soon`` after the writes, it counts from them.
+    (a task blocking the loop), and time the nodes out before they were asked. Made
+    after the requests are sent, it starts by ``call_soon`` after the writes they
+    scheduled, and counts from them.
     """
 
     __slots__ = ("_handle",)

@@ -185,6 +185,9 @@ class Node(ReplyReader):
             else:
                 pending.append((callback, script, args, now))
                 self._write(packed)  # (after: _flush restamps what it writes)
+                written = time.monotonic()
+                if written - now > self._request_timeout:  # (blocked inside the write: a
+                    pending[-1] = (callback, script, args, written)  # GC pause, not the node)
                 return
         if self._closed:
             callback(RedisConnectionError(f"{self.name}: the lock manager is closed"))

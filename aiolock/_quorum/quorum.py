@@ -115,10 +115,12 @@ class Quorum:
             for i in range(self.n):
                 if i not in only:
                     votes.record(i, others)
-        timer = WriteTimer(self.node_timeout, votes.expire, self.node_timeout, self.names)
         record = votes.record
         for i in indices:
             send(self.nodes[i], functools.partial(record, i))
+        # Set going after the sends: its start then follows every write they scheduled
+        # for this iteration's end (a script's load written at once, its EVALSHA held).
+        timer = WriteTimer(self.node_timeout, votes.expire, self.node_timeout, self.names)
         return votes, waiter, timer
 
     async def _run(
@@ -385,7 +387,6 @@ class Quorum:
         if not chunks:
             return batch
         timeout = min((self.node_timeout if budget is None else budget) * len(chunks), limit)
-        timer = WriteTimer(timeout, batch.expire, self.nodes, chunks, timeout)
         packed = [chunk_args(items, lo, hi) for lo, hi in chunks]
 
         # One chunk at a time on each node: the batch shares the node's one ordered
@@ -405,6 +406,7 @@ class Quorum:
 
         for ni, node in enumerate(self.nodes):
             send(ni, node, 0)
+        timer = WriteTimer(timeout, batch.expire, self.nodes, chunks, timeout)  # (as _fan_out's)
         try:
             await wait_decided(batch)
         finally:

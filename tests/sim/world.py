@@ -895,6 +895,8 @@ class SimNode:
             return _NO_REPLY
         if name == b"PING" and link.channels:
             return [b"pong", b""]
+        if self.world.commands is not None:
+            self.world.commands.setdefault(self.index, []).append(list(c))
         return self.store.execute(c)
 
     def publish(self, channel: bytes, message: bytes, sharded: bool) -> int:
@@ -1142,6 +1144,9 @@ class World:
         self.given: GivenTurns | None = None
         #: The fenced resource the bodies write to (resource.py), where a run has one.
         self.resource: Resource | None = None
+        #: Each node's commands as its store ran them, where a test records them (the
+        #: store against a real server: tests/test_sim.py), else None.
+        self.commands: dict[int, list[list[bytes]]] | None = None
 
     @property
     def urls(self) -> list[str]:
