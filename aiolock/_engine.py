@@ -391,8 +391,7 @@ class Engine:
         key, token = hold.key, hold.token
         if lease(quorum, hold, taker, grants):
             return None  # the key keeps its token: its late grants too (_waiting/grants.py)
-        if grants is not None:
-            grants.forget(token)  # late grants of it are given back now
+        self.forget(token)  # late grants of it are given back now
         behind = min(LEASE_RESERVE, waiting.waiters(key) - 1)  # tokens for leases after it
         votes = await handoff.pass_on(quorum, key, token, taker, waiting.line(key), reserve=behind)
         waiting.line_seen(key, votes)
