@@ -80,6 +80,7 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .promised import DRIFT_FACTOR, ENTRY_LIFE, FALLBACK
 from .world import excusing
 
 if TYPE_CHECKING:
@@ -176,6 +177,12 @@ class Liveness:
         #: name -> each node's expiry of its key at the last sample (node milliseconds;
         #: -inf: none, inf: no ttl): a key can expire between two commands
         self.expiries: dict[str, list[float]] = {}
+        #: Whether the progress rule judges the run (run.judged_after_heal), the
+        #: longest ttl each name's holdings asked for (the Recorder's), and what it
+        #: found (advisory: run.py).
+        self.progress = False
+        self.longest: dict[str, float] = {}
+        self.unhealed: list[str] = []
         #: The rule "woken at the quorum's expiry" (sleeps.py), told of waits that end
         #: and holdings that begin.
         self.sleeps: Sleeps | None = None
@@ -191,7 +198,7 @@ class Liveness:
 
     def begins(self, name: str, process: int, owner: str, timeout: float | None) -> int | None:
         """A waiter for the lock ``name`` begins: its id (None: not watched)."""
-        if not self._active() or timeout == 0:
+        if (not self._active() and not self.progress) or timeout == 0:
             return None
         wait = next(self._serial)
         self.waits.setdefault(name, {})[wait] = (self.world.now, process, owner)
@@ -290,9 +297,11 @@ class Liveness:
     def sample(self) -> None:
         """Read whether each waited-for name is free on every node (after a node ran a
         command, or as a wait begins or ends), and judge the waits."""
-        if not self._active():
-            return
+        active = self._active()
         now = self.world.now
+        healed = None if active or not self.progress else self.world.faults_over()
+        if not active and (healed is None or now < healed or self.unhealed):
+            return
         for name in self.last_held.keys() | self.waits.keys():
             waits = self.waits.get(name, {})
             if self.late:
@@ -327,6 +336,16 @@ class Liveness:
                 if p in self.world.dead:
                     continue  # (it died waiting)
                 idle = now - max(free, since)
+                if healed is not None:
+                    idle = min(idle, now - self._settled(name, healed))
+                    if idle > IDLE_LIMIT:
+                        self.unhealed.append(
+                            f"progress after heal: {owner} waited for {name!r} from "
+                            f"{since:.6f}; free on every node from {max(free, since):.6f} "
+                            f"to {now:.6f}, the faults over at {healed:.6f}"
+                        )
+                        return
+                    continue
                 if idle > IDLE_LIMIT:
                     self.problems.append(
                         f"idle: {owner} waited for {name!r} from {since:.6f}; it was free on "
@@ -334,6 +353,14 @@ class Liveness:
                         f"({idle:.3f} s, {self._faults()})"
                     )
                     return
+
+    def _settled(self, name: str, healed: float) -> float:
+        """When a waiter of ``name`` must have woken since the faults ended: a release
+        it missed costs at most the ttl it learnt ("a lost message costs at most one
+        ttl"), on the slowest clock; a turn it was not given, the fallback; an entry of
+        a process that left, its life."""
+        longest = self.longest.get(name, 0.0) * (1 + 2 * DRIFT_FACTOR)
+        return healed + longest + FALLBACK + ENTRY_LIFE
 
     def _faults(self) -> str:
         """The faults of the run, as a violation names them (none but deaths, late

@@ -11,6 +11,11 @@ from __future__ import annotations
 #: "A process told it is another's turn tries anyway after 0.5 s unless a later
 #: release comes" (the turn queue's fallback).
 FALLBACK = 0.5
+#: "Entries expire unless refreshed (every 0.5 s, they live 1.5 s)" (the turn queue's).
+ENTRY_LIFE = 1.5
+#: The library's default ``drift_factor`` (API.md): a node's clock may run this much
+#: fast or slow, and a ttl is counted that much longer or shorter.
+DRIFT_FACTOR = 0.01
 #: "where pub/sub is refused, a waiter polls every 0.1 s anyway".
 POLL_INTERVAL = 0.1
 #: "it lets one poll of the process named go by (0.16 s after its release)".

@@ -1074,6 +1074,8 @@ class World:
         self._delays: list[tuple[Fault, set[Link] | None]] = []
         #: Partitions on: (process, node) -> when it heals ("partition" faults).
         self.cuts: dict[tuple[int, int], float] = {}
+        #: When each fault applied so far is over (see faults_over).
+        self.over: list[float] = []
         #: Each process's pauses ("freeze" faults), as they happened: (start, end).
         self.freezes: dict[int, list[tuple[float, float]]] = {}
         self._lags: list[Fault] = []
@@ -1375,8 +1377,30 @@ class World:
         for fault in self.faults:
             self.loop.call_at(EPOCH + fault.at, self._apply, fault)
 
+    def faults_over(self) -> float | None:
+        """When the run's faults are over, as applied (a stall pushes the faults planned
+        during it later), each with what it leaves behind (:meth:`_lasting`); None while
+        one is still to come, or armed (a stall within a step, a split, a drop at a
+        release)."""
+        loop = self.loop
+        if len(self.over) < len(self.faults) or loop.blocking or self.splits or self.at_release:
+            return None
+        return max([*self.over, *(end + WATCHDOG for _start, end in self.stalls)], default=EPOCH)
+
+    def _lasting(self, fault: Fault) -> float:
+        """How long after it is applied ``fault`` may still hold a waiter up: its own
+        time; a restarted node's quarantine; the watchdog's second for a reset, silent
+        or blocked connection; a delayed message's tail (ten times its mean); a second
+        for messages held back or retransmitted."""
+        kind, lasting = fault.kind, fault.seconds
+        lasting += self.grace if kind in ("restart", "failover") else 0.0
+        lasting += WATCHDOG if kind in ("sever", "silent", "drop", "stall", "freeze") else 0.0
+        lasting += 10 * fault.scale if kind in ("delay", "slow", "lag", "pubsub") else 0.0
+        return lasting + (1.0 if kind in ("late", "partition", "subscribe", "split") else 0.0)
+
     def _apply(self, fault: Fault) -> None:
         self.trace(f"fault {fault}")
+        self.over.append(self.now + self._lasting(fault))
         kind = fault.kind
         node = self.nodes[fault.node] if fault.node < len(self.nodes) else self.nodes[0]
         if kind in ("delay", "slow"):
