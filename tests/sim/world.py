@@ -36,6 +36,7 @@ import secrets
 import select
 import selectors
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -114,6 +115,8 @@ class _Selector(selectors.BaseSelector):
         world.iterations += 1
         if timeout > 0:
             world.now += timeout
+        if world.loop.deferred:
+            world.loop.thaw()
         # (Running code costs no virtual time: a cost per loop iteration would make the
         # history depend on how many iterations asyncio's version takes for the same
         # work. A run that spins without awaiting a timer is stopped as busy.)
@@ -164,6 +167,12 @@ class SimLoop(asyncio.SelectorEventLoop):
         #: Processes paused ("freeze" faults): process -> until when. Their callbacks
         #: and timers wait until then; the world's, and the other processes', go on.
         self.frozen: dict[int, float] = {}
+        #: The callbacks waiting for their process to thaw (see thaw).
+        self.deferred: set[asyncio.Handle] = set()
+        #: Each task's process, as its steps are scheduled (version 2: see _frozen_until).
+        self._processes: weakref.WeakKeyDictionary[asyncio.Task[Any], int] = (
+            weakref.WeakKeyDictionary()
+        )
         super().__init__(_Selector(world))
 
     def time(self) -> float:
@@ -195,11 +204,29 @@ class SimLoop(asyncio.SelectorEventLoop):
             if armed is not None and self.world.now <= armed[0]:
                 armed[1]()
         handle = super().call_soon(callback, *args, context=context)
+        if self.at_writes and isinstance(task := getattr(callback, "__self__", None), asyncio.Task):
+            self._processes[task] = handle._context.get(current_process, -1)  # type: ignore[attr-defined]
         if self.frozen and (until := self._frozen_until(handle, self.world.now)) is not None:
             self._ready.pop()  # type: ignore[attr-defined]  # (it was appended last)
             self._timer_seq += 1
             heapq.heappush(self._timers, (until, self._timer_seq, handle))
+            self.deferred.add(handle)
         return handle
+
+    def thaw(self) -> None:
+        """Make ready the callbacks of paused processes whose pause is over, though other
+        callbacks are ready too (one that reschedules itself until a paused task runs,
+        as an anyio cancel scope's delivery does, would starve them)."""
+        now = self.world.now
+        due = [e for e in self._timers if e[2] in self.deferred and e[0] <= now + 1e-9]
+        if not due:
+            return
+        self._timers = [e for e in self._timers if e not in due]
+        heapq.heapify(self._timers)
+        for _when, _seq, handle in sorted(due, key=lambda e: (e[0], e[1])):
+            self.deferred.discard(handle)
+            if not handle.cancelled():
+                self._ready.append(handle)  # type: ignore[attr-defined]
 
     def count_down(self) -> None:
         """One more callback scheduled (version 1) or write made (version 2) toward a
@@ -219,14 +246,17 @@ class SimLoop(asyncio.SelectorEventLoop):
         client's (its task's context names the process; a transport's end, its
         link's), not the world's (messages, nodes, faults)."""
         owner = getattr(handle._callback, "__self__", None)  # type: ignore[attr-defined]
+        host = getattr(owner, "_host_task", None)  # (an anyio cancel scope's delivery)
         if isinstance(owner, ClientTransport):
             process = owner.link.process
         elif isinstance(owner, Pipe | SimNode | World | Link | Resource | list | dict | set):
             return None
+        elif host is not None:  # (its task's process: it retries until the task runs)
+            process = self._processes.get(host, -1)
         else:
             process = handle._context.get(current_process, -1)  # type: ignore[attr-defined]
         until = self.frozen.get(process)
-        return until if until is not None and until > at else None
+        return until if until is not None and until > at + 1e-9 else None
 
     def release_next(self) -> bool:
         """Make the next live timer ready, the clock at its time: False if none is left."""
@@ -238,7 +268,9 @@ class SimLoop(asyncio.SelectorEventLoop):
             if self.frozen and (until := self._frozen_until(timer, when)) is not None:
                 self._timer_seq += 1  # (its process is paused: due when it thaws)
                 heapq.heappush(timers, (until, self._timer_seq, timer))
+                self.deferred.add(timer)
                 continue
+            self.deferred.discard(timer)
             self.world.now = max(self.world.now, when)
             self._ready.append(timer)  # type: ignore[attr-defined]
             return True
