@@ -119,6 +119,29 @@ def test_bad_lock_arguments_are_rejected(
         locks.lock(*args, **kwargs)  # type: ignore[arg-type]
 
 
+def test_an_oversized_name_is_refused_without_being_encoded() -> None:
+    """Refused in O(1), whatever its size: a name is measured by its characters (and an
+    ASCII one by its length) before anything encodes it (a 10 MB name took 11 ms)."""
+
+    class Unencoded(str):
+        __slots__ = ()
+
+        def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+            raise AssertionError("the name was encoded")
+
+    locks = LockManager(NODES)
+    for huge in (Unencoded("n" * 10_000_000), Unencoded("é" * 5_000_000)):
+        with pytest.raises(ValueError, match="at most 4096 bytes in UTF-8") as info:
+            locks.lock(huge)
+        assert len(str(info.value)) < 200
+        with pytest.raises(ValueError, match="at most 4096 bytes in UTF-8"):
+            locks.lock_many(["a", huge])
+        with pytest.raises(ValueError, match="at most 4096 bytes in UTF-8"):
+            locks.semaphore(huge, 2)
+    with pytest.raises(ValueError, match=r"got 5000000 characters"):
+        locks.lock("é" * 5_000_000)
+
+
 def test_bounds_on_names_ttls_and_limits_are_said_before_any_io() -> None:
     """A 10 MB name once reached every node and failed the other tasks' requests queued
     behind it; ttl=1e16 failed on the nodes ("value is not an integer or out of range")."""

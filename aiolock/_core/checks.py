@@ -43,7 +43,7 @@ def shown(name: str) -> str:
     """``name`` for a message or a log line: quoted, and cut when long."""
     if len(name) <= SHOWN_CHARS:
         return repr(name)
-    return f"{name[:SHOWN_CHARS]!r}... ({len(name.encode(errors='replace'))} bytes)"
+    return f"{name[:SHOWN_CHARS]!r}... ({len(name)} characters)"
 
 
 def check_number(value: object, what: str) -> float:
@@ -93,10 +93,20 @@ def check_name(name: object) -> str:
         raise TypeError(f"a lock name must be a str, not {type(name).__name__}")
     if not name:
         raise ValueError("a lock name must not be empty")
-    try:
-        size = len(name.encode())
-    except UnicodeEncodeError as exc:  # a lone surrogate
-        raise ValueError(f"a lock name must be encodable as UTF-8: {exc.reason}") from None
+    # Sized before it is encoded, in O(1): an ASCII str knows it is one (a flag of the
+    # string, not a scan), and no character takes fewer than one byte in UTF-8.
+    if name.isascii():
+        size = len(name)
+    elif len(name) > MAX_NAME_BYTES:
+        raise ValueError(
+            f"a lock name must be at most {MAX_NAME_BYTES} bytes in UTF-8, got "
+            f"{len(name)} characters (starting {name[:40]!r})"
+        )
+    else:
+        try:
+            size = len(name.encode())
+        except UnicodeEncodeError as exc:  # a lone surrogate
+            raise ValueError(f"a lock name must be encodable as UTF-8: {exc.reason}") from None
     if size > MAX_NAME_BYTES:
         raise ValueError(
             f"a lock name must be at most {MAX_NAME_BYTES} bytes in UTF-8, got {size} "
