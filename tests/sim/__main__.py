@@ -5,7 +5,7 @@
     python -m tests.sim shrink SEED
     python -m tests.sim mutants [NAME ...] [--seconds S] [--first N] [--where T,..]
     python -m tests.sim digests [--first N] [--count K | --kept]
-    python -m tests.sim regressions [--first-for NAME]
+    python -m tests.sim regressions [--first-for NAME | --part I/N]
     python -m tests.sim findings
 
 ``search`` plays seeds first, first + 1, ... and stops at the first failing one, which
@@ -16,10 +16,11 @@ around the first violation (or whole, with ``--around 0``) and its digest; ``shr
 finds the fewest faults of a failing seed that still fail; ``mutants`` applies each
 named mutant of tests/mutants.py in turn, replays the seeds kept as tests (what the
 suite replays on every run) and, if none fails, searches until the simulation kills it
-or the time is up; ``regressions`` replays the kept seeds and stops at the first that
-fails (``--first-for NAME``: the seeds kept for that named mutant first, as ``mutants``
-does; a kept seed whose run is stopped as busy, a livelock, fails too, as its replay
-does, though a search reports such seeds apart); ``digests`` prints each seed's
+or the time is up; ``regressions`` replays the kept seeds and reports those that fail
+(``--first-for NAME``: the seeds kept for that named mutant first, stopping at the first
+failure, as ``mutants`` does; ``--part I/N``: every N-th seed from the I-th, as the suite
+shares them out; a kept seed whose run is stopped as busy, a livelock, fails too, as its
+replay does, though a search reports such seeds apart); ``digests`` prints each seed's
 history digest, one per line (or each seed kept as a test, with the faults it keeps:
 ``--kept``); ``nox -s determinism`` compares them
 across Python versions.
@@ -203,16 +204,21 @@ def _shown(seed: Plan | Schedule, keep: list[int] | None) -> str:
     return f"{seed}" + ("" if keep is None else f" --keep '{','.join(map(str, keep))}'")
 
 
-def regressions(first_for: str | None = None) -> int:
-    """Replay every kept seed (with the faults it keeps); 1 at the first that fails.
+def regressions(first_for: str | None = None, part: tuple[int, int] = (0, 1)) -> int:
+    """Replay the kept seeds (with the faults each keeps); 1 if any fails.
 
     ``first_for``: a named mutant's name; the seeds kept for it go first (as the
-    suite runs a mutant's own tests first: ``tests/mutants.py``).
+    suite runs a mutant's own tests first: ``tests/mutants.py``), and the first failure
+    ends the replay. ``part``: (i, n), every n-th seed from the i-th, as the suite
+    shares them among its workers; every failure is then reported.
     """
     seeds = kept()
     if first_for is not None:
         own = [(target(seed), keep) for name, seed, keep, _ in CAUGHT if name == first_for]
         seeds = own + [entry for entry in seeds if entry not in own]
+    index, parts = part
+    seeds = seeds[index::parts]
+    failed = 0
     for seed, keep in seeds:
         result = _guarded(seed, keep)
         shown = _shown(seed, keep)
@@ -221,8 +227,13 @@ def regressions(first_for: str | None = None) -> int:
             print(f"kept seed {shown} FAILED:")
             for problem in problems:
                 print("  ", problem.splitlines()[0])
-            return 1
-    print(f"{len(kept())} kept seeds replayed, no violation")
+            failed += 1
+            if first_for is not None:
+                return 1
+    if failed:
+        print(f"{failed} of {len(seeds)} kept seeds failed")
+        return 1
+    print(f"{len(seeds)} kept seeds replayed, no violation")
     return 0
 
 
@@ -356,12 +367,16 @@ def main(argv: list[str]) -> int:
     sub.add_parser("findings")
     g = sub.add_parser("regressions")
     g.add_argument("--first-for", help="a named mutant: the seeds kept for it first")
+    g.add_argument(
+        "--part", default="0/1", metavar="I/N", help="every N-th kept seed from the I-th"
+    )
     args = parser.parse_args(argv)
     if args.command == "findings":
         return findings()
     if args.command == "regressions":
         _limit_memory()
-        return regressions(args.first_for)
+        index, parts = map(int, args.part.split("/"))
+        return regressions(args.first_for, (index, parts))
     if args.command == "digests":
         span = range(args.first, args.first + args.count)
         seeds = kept() if args.kept else [(Plan(seed, args.version), None) for seed in span]
