@@ -70,6 +70,23 @@ _Pending = tuple[Callback, Script | None, tuple[bytes, ...], float]
 _Queued = tuple[bytes, Callback, Script | None, tuple[bytes, ...], float]
 
 
+#: The last EVALSHA packed: (script, args, bytes). A fan-out hands the same ``args``
+#: tuple to every node, so it is packed once, not once per node. Held here, the tuple
+#: cannot be freed and its identity reused; read and replaced whole (one reference).
+_last_packed: tuple[object, object, bytes] = (None, None, b"")
+
+
+def _evalsha(script: Script, args: tuple[bytes, ...]) -> bytes:
+    """``EVALSHA sha *args``, packed (once per fan-out: see ``_last_packed``)."""
+    global _last_packed  # noqa: PLW0603 - a one-entry cache
+    last = _last_packed
+    if last[1] is args and last[0] is script:
+        return last[2]
+    packed = pack((b"EVALSHA", script.sha, *args))
+    _last_packed = (script, args, packed)
+    return packed
+
+
 class Node(ReplyReader):
     """A connection to one Redis node with pipelined, callback-based requests.
 
@@ -168,7 +185,7 @@ class Node(ReplyReader):
                 self._loads_due.append(script)
             load = (b"SCRIPT", b"LOAD", script.source)
             self._send(pack(load), ignore, None, load)
-        self._send(pack((b"EVALSHA", script.sha, *args)), callback, script, args)
+        self._send(_evalsha(script, args), callback, script, args)
 
     def _send(
         self, packed: bytes, callback: Callback, script: Script | None, args: tuple[bytes, ...]
