@@ -445,8 +445,8 @@ MUTANTS = [
     Mutant(
         "a fan-out's node_timeout counted from before its requests are written",
         "votes.py",
-        "self._handle: asyncio.Handle = loop.call_soon(self._start, loop, delay, callback, args)",
-        "self._handle: asyncio.Handle = loop.call_later(delay, callback, *args)",
+        "asyncio.get_running_loop().call_soon(self._stamp, timed)",
+        "self._stamp(timed)",
         ("tests/test_node_io.py",),
     ),
     # Grants between processes (issue 17, aiolock/_waiting/grants.py and RELEASE_TURN).
@@ -1124,8 +1124,7 @@ MUTANTS = [
         "a fan-out's timer set going before its requests are sent",
         "quorum.py",
         "        record = votes.record\n        for i in indices:",
-        "        WriteTimer(self.node_timeout, votes.expire, self.node_timeout, self.names)\n"
-        "        record = votes.record\n        for i in indices:",
+        "        self._timer.start(votes)\n        record = votes.record\n        for i in indices:",
         (
             "tests/test_node_io.py::"
             "test_a_block_within_a_fan_outs_writes_does_not_eat_its_node_timeout",

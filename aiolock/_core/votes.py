@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -20,8 +21,10 @@ from .cancel import outlast
 __all__ = [
     "DRIFT_FLOOR",
     "Attempt",
+    "FanOutTimer",
     "NodeLike",
     "Outcome",
+    "TimedFanOut",
     "Votes",
     "WriteTimer",
     "drift",
@@ -305,6 +308,71 @@ class WriteTimer:
     def cancel(self) -> None:
         """Stop the timer, started or not."""
         self._handle.cancel()
+
+
+class FanOutTimer:
+    """The ``node_timeout`` of every fan-out of one quorum, on one loop timer.
+
+    A fan-out's time counts from its writes, as a :class:`WriteTimer`'s: :meth:`start`,
+    called after the sends, stamps it by a callback that runs after the writes they
+    scheduled. Every fan-out of a quorum waits the same ``delay``, so their deadlines
+    come in the order they are stamped: they queue, and one loop timer, armed for the
+    oldest, expires what is due. (A timer per fan-out, its heap entry and its
+    cancellation cost a fifth of a one-node lock cycle's client instructions.)
+    """
+
+    __slots__ = ("_armed_on", "_delay", "_due", "_names")
+
+    def __init__(self, delay: float, names: Sequence[str]) -> None:
+        self._delay = delay
+        self._names = names
+        self._due: deque[tuple[float, TimedFanOut]] = deque()
+        #: The loop the timer is armed on (None: not armed).
+        self._armed_on: asyncio.AbstractEventLoop | None = None
+
+    def start(self, votes: Votes) -> TimedFanOut:
+        """Time ``votes`` out ``delay`` after the writes scheduled so far."""
+        timed = TimedFanOut(votes)
+        asyncio.get_running_loop().call_soon(self._stamp, timed)
+        return timed
+
+    def _stamp(self, timed: TimedFanOut) -> None:
+        if timed.votes is None:  # decided and cancelled before this ran
+            return
+        loop = asyncio.get_running_loop()
+        self._due.append((loop.time() + self._delay, timed))
+        if self._armed_on is not loop:
+            self._armed_on = loop
+            loop.call_at(self._due[0][0], self._fire)
+
+    def _fire(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._armed_on is not loop:  # (armed again on another loop since)
+            return
+        now = loop.time()
+        due = self._due
+        while due and (due[0][1].votes is None or due[0][0] <= now):
+            _, timed = due.popleft()
+            votes, timed.votes = timed.votes, None
+            if votes is not None:
+                votes.expire(self._delay, self._names)
+        if due:
+            loop.call_at(due[0][0], self._fire)
+        else:
+            self._armed_on = None
+
+
+class TimedFanOut:
+    """A fan-out on a :class:`FanOutTimer`; :meth:`cancel` takes it off."""
+
+    __slots__ = ("votes",)
+
+    def __init__(self, votes: Votes) -> None:
+        self.votes: Votes | None = votes
+
+    def cancel(self) -> None:
+        """Never time these votes out."""
+        self.votes = None
 
 
 async def wait_decided(votes: _Awaited) -> None:

@@ -33,7 +33,9 @@ from .._core.keys import fence_key as fence_key_of
 from .._core.votes import (
     Attempt,
     Classifier,
+    FanOutTimer,
     NodeLike,
+    TimedFanOut,
     Veto,
     Votes,
     WriteTimer,
@@ -86,6 +88,7 @@ class Quorum:
         self.clock = clock
         #: Consulted for each yes to an acquire (see :data:`Veto`); None: none.
         self.veto: Veto | None = None
+        self._timer = FanOutTimer(node_timeout, self.names)
 
     def expiry(self, start: float, ttl: float) -> float:
         """When a key set for ``ttl`` by requests sent at ``start`` stops being valid.
@@ -104,7 +107,7 @@ class Quorum:
         only: Sequence[int] | None = None,
         others: Any = None,
         veto: Veto | None = None,
-    ) -> tuple[Votes, asyncio.Future[None], WriteTimer]:
+    ) -> tuple[Votes, asyncio.Future[None], TimedFanOut]:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
         votes = Votes(self.n, self.quorum, classify, waiter, early=early, veto=veto)
@@ -120,8 +123,7 @@ class Quorum:
             send(self.nodes[i], functools.partial(record, i))
         # Set going after the sends: its start then follows every write they scheduled
         # for this iteration's end (a script's load written at once, its EVALSHA held).
-        timer = WriteTimer(self.node_timeout, votes.expire, self.node_timeout, self.names)
-        return votes, waiter, timer
+        return votes, waiter, self._timer.start(votes)
 
     async def _run(
         self,

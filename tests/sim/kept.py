@@ -67,6 +67,18 @@ REGRESSIONS: list[tuple[int | str, list[int] | None, str]] = [
         [0, 1, 2, 3],
         "caught the fan-out timer's mutant until the timer's fix moved it",
     ),
+    (
+        "v2:78525548743244",
+        [0],
+        "a block within a fan-out's writes ate its node_timeout (fixed); caught the fan-out "
+        "timer's mutant until one timer served every fan-out",
+    ),
+    (
+        "v2:167519440969196",
+        [],
+        "checker: a head took the lock by its grant, found on the nodes before heard, and "
+        "its process left the line unannounced",
+    ),
 ]
 
 #: What the search found on its own with a named mutant of tests/mutants.py applied (a
@@ -528,7 +540,7 @@ CAUGHT: list[tuple[str, int | str, list[int], str]] = [
     ),
     (
         "a fan-out's timer set going before its requests are sent",
-        "v2:78525548743244",
+        "v2:12529172126650",
         [0],
         "lost under short blocks",
     ),

@@ -19,10 +19,11 @@ subscriptions and turns, read on the wire:
 * **a turn unused is announced** ("If none of its waiters takes the lock after all,
   the last one to leave announces it free"): a manager that leaves a name's line
   (``TURN_LEAVE``, its last waiter gone) after it heard a release name it, and
-  neither heard a grant since nor set the name's key on a quorum of nodes (its waiter
-  did not take the lock), publishes the release channel's "free" message within
-  :data:`ANNOUNCED_WITHIN`. (Unannounced, the others wait for the turn queue's
-  fallback, half a second, which the idle rule allows.)
+  neither heard a grant since nor holds the name's key on a quorum of nodes, set by
+  itself or granted to its offer (its waiter did not take the lock), publishes the
+  release channel's "free" message within :data:`ANNOUNCED_WITHIN`. (Unannounced,
+  the others wait for the turn queue's fallback, half a second, which the idle rule
+  allows.)
 * **woken when subscribed again** ("those confirmations wake its first waiter, which
   may have missed a release meanwhile"): a manager in a plain lock's line whose pub/sub
   connection to a node dropped while it listened there for the name's releases, once
@@ -51,6 +52,7 @@ connections by the manager's member, and processes by its entries' command conne
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import hiredis
@@ -58,7 +60,7 @@ import hiredis
 from aiolock._core.keys import RELEASED_SUFFIX, grant_channel, release_channel, turn_keys
 from aiolock._lua import ACQUIRE_SCRIPT, NOT_FREE, SHORTENED, TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT
 
-from .server import ZSet
+from .server import Store, ZSet
 
 if TYPE_CHECKING:
     from .world import Link, World
@@ -78,6 +80,15 @@ WOKEN_WITHIN = 0.6
 _TURNS, _, _OFFERS = turn_keys(b"")
 _RELEASED = RELEASED_SUFFIX
 _GRANTS = grant_channel(b"", b"")
+
+
+def _value(store: Store, key: bytes) -> bytes | None:
+    """``key``'s live string value on ``store``, read without touching it."""
+    expiry = store.expires.get(key)
+    value = store.data.get(key)
+    if (expiry is not None and store.now() > expiry) or not isinstance(value, bytes):
+        return None
+    return value
 
 
 class Subscriptions:
@@ -337,7 +348,18 @@ class Subscriptions:
         world = self.world
         since -= ANNOUNCED_WITHIN * 5  # (an attempt may land just before the release
         # that names it is heard, and win: seed 1125899911843255)
-        took = sum(1 for at in self.set_by.get((process, lock), {}).values() if at >= since)
+        set_at = self.set_by.get((process, lock), {})
+        entry = self.entries.get((member, lock))
+        offer = entry[0] if entry is not None else None
+        # Its waiter took the lock where it set the key, or where the key holds the
+        # token its offer carried: granted there, the grant not heard yet (the head's
+        # attempt finds the key its own, seed v2:167519440969196).
+        took = sum(
+            1
+            for i, node in enumerate(world.nodes)
+            if set_at.get(i, -math.inf) >= since
+            or (offer is not None and _value(node.store, lock) == offer)
+        )
         if took < len(world.nodes) // 2 + 1 and self.granted.get((member, lock), 0.0) < since:
             self.unannounced[(process, lock)] = (member, world.now)
 

@@ -182,6 +182,29 @@ async def test_unanswered_nodes_time_out_after_node_timeout() -> None:
     assert elapsed < 0.5
 
 
+async def test_each_fan_out_times_out_from_its_own_start_and_a_decided_one_never() -> None:
+    """One loop timer serves every fan-out of a quorum (FanOutTimer): each pending one
+    still times out node_timeout after its own start, and one decided before its time
+    keeps the replies that come after, never a timeout."""
+    loop = asyncio.get_running_loop()
+    late = make([FakeNode("a"), FakeNode("b"), FakeNode("c", delay=0.12)], node_timeout=0.05)
+    decided = await late.release(b"k", b"t")  # a and b decide it; c answers at 0.12 s
+    await asyncio.sleep(0.2)
+    assert decided.replies == [1, 1, 1]
+    silent = make([FakeNode(f"n{i}", delay=None) for i in range(3)], node_timeout=0.05)
+
+    async def one(after: float) -> tuple[float, bool]:
+        await asyncio.sleep(after)
+        started = loop.time()
+        votes = await silent.release(b"k", b"t")
+        return loop.time() - started, votes.outage
+
+    timed = await asyncio.wait_for(asyncio.gather(*(one(d) for d in (0, 0.02, 0.04))), 5)
+    for took, outage in timed:
+        assert outage
+        assert 0.049 <= took < 0.5, timed
+
+
 async def test_cancelled_acquire_still_cleans_up_every_node() -> None:
     nodes = [FakeNode(f"n{i}", delay=0.2) for i in range(3)]
     quorum = make(nodes, node_timeout=1.0)
