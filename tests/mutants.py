@@ -1124,7 +1124,8 @@ MUTANTS = [
         "a fan-out's timer set going before its requests are sent",
         "quorum.py",
         "        record = votes.record\n        for i in indices:",
-        "        self._timer.start(votes)\n        record = votes.record\n        for i in indices:",
+        "        self._timer.start(votes)\n"
+        "        record = votes.record\n        for i in indices:",
         (
             "tests/test_node_io.py::"
             "test_a_block_within_a_fan_outs_writes_does_not_eat_its_node_timeout",
