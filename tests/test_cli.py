@@ -111,6 +111,14 @@ def test_bench_prints_figures_as_json() -> None:
     assert "cycle1 acquire+release" in figures
     assert "cycle5 acquire+release" in figures
     assert all(f["median_us"] > 0 and f["samples"] == 30 for f in figures.values())
+    # Each cycle also as a ratio to its floor, measured in the same rounds.
+    assert {"floor1 (2 PING fan-outs)", "floor5 (2 PING fan-outs)"} <= set(figures)
+    for cycle, floor in (("cycle1", "floor1"), ("cycle5", "floor5")):
+        both = figures[f"{cycle} acquire+release"], figures[f"{floor} (2 PING fan-outs)"]
+        assert both[0]["floor_ratio"] == pytest.approx(both[0]["median_us"] / both[1]["median_us"])
+    cpu = {f["name"]: f for f in report["cpu"]}
+    assert set(cpu) == {"redis-py Lock, 1 node", "aiolock, 1 node", "aiolock, 5 nodes"}
+    assert all(f["client_us"] > 0 and f["server_us"] > 0 and f["cycles"] > 0 for f in cpu.values())
 
 
 async def test_inspect_shows_the_holder_without_its_token(

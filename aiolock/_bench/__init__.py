@@ -7,7 +7,10 @@ waiters on one name), ``names`` (many tasks on names of their own), ``renewal``,
 ``_common`` has what they share.
 
 Every figure is also given as a ratio to the raw PING round trip (redis-py asyncio
-client) measured in the same run, so that runs on different machines compare.
+client) measured in the same run, so that runs on different machines compare, and each
+lock cycle as a ratio to its floor (``floor``: the same round trips with nothing of a
+lock in them). ``cpu`` gives the client's and the servers' CPU per cycle, next to
+redis-py's own Lock.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from dataclasses import asdict, dataclass
 from ._common import UVLOOP_ENV, Figure, format_table, runner
 from .baseline import BaselineFigures, run_baseline
 from .contention import ContentionFigures, WaitersFigures, run_contention, run_waiters
+from .cpu import CpuFigure, format_cpu, run_cpu
 from .latency import run_latency
 from .names import TASKS, run_names
 from .renewal import RenewalFigures, run_renewal
@@ -28,12 +32,14 @@ from .semaphore import SemaphoreFigures, run_semaphore
 __all__ = [
     "BaselineFigures",
     "ContentionFigures",
+    "CpuFigure",
     "Figure",
     "RenewalFigures",
     "SemaphoreFigures",
     "main",
     "run_baseline",
     "run_contention",
+    "run_cpu",
     "run_latency",
     "run_names",
     "run_renewal",
@@ -68,6 +74,7 @@ def main(
         return 0
     figures = run(run_latency(urls, count=count, warmup=max(10, count // 10)))
     ping = figures[0].median_us
+    cpu = run(run_cpu(urls, cycles=count))
     contention: list[ContentionFigures] = []
     if contention_seconds > 0:
         contention = run(run_contention(urls, seconds=contention_seconds))
@@ -80,7 +87,7 @@ def main(
     if renewal_locks:
         renewal = run(run_renewal(urls, locks=renewal_locks, seconds=renewal_seconds))
     semaphore = run(run_semaphore(urls, limits=semaphore_limits)) if semaphore_limits else []
-    report = _Report(figures, contention, names, waiting, renewal, semaphore)
+    report = _Report(figures, cpu, contention, names, waiting, renewal, semaphore)
     print(json.dumps(report.as_dict(), indent=2) if as_json else report.table())
     return 0
 
@@ -90,6 +97,7 @@ class _Report:
     """What one ``bench`` run measured (absent: not run)."""
 
     latency: list[Figure]
+    cpu: list[CpuFigure]
     contention: list[ContentionFigures]
     names: float | None
     waiters: WaitersFigures | None
@@ -100,6 +108,7 @@ class _Report:
         """The figures as JSON objects."""
         out: dict[str, object] = {
             "latency": [asdict(f) for f in self.latency],
+            "cpu": [asdict(f) for f in self.cpu],
             "contention": [asdict(f) for f in self.contention],
         }
         if self.names is not None:
@@ -114,7 +123,11 @@ class _Report:
 
     def table(self) -> str:
         """The figures as the table a person reads."""
-        lines = [format_table(self.latency), *(figure.row() for figure in self.contention)]
+        lines = [
+            format_table(self.latency),
+            format_cpu(self.cpu),
+            *(figure.row() for figure in self.contention),
+        ]
         if self.names is not None:
             lines.append(f"{TASKS} tasks on {TASKS} names, 1 process: {self.names:.0f} cycles/s")
         if self.waiters is not None:

@@ -19,19 +19,25 @@ from ..testing import redis_servers
 
 @dataclass
 class Figure:
-    """One measured latency: median and p99 in microseconds, and ratios to PING."""
+    """One measured latency: median and p99 in microseconds, and its ratios.
+
+    ``ratio`` is to PING; ``floor_ratio``, for a lock cycle, to the floor of the same
+    round trips (floor.py).
+    """
 
     name: str
     samples: int
     median_us: float
     p99_us: float
     ratio: float = 0.0
+    floor_ratio: float | None = None
 
     def row(self) -> str:
         """A table row."""
         return (
             f"{self.name:<28} {self.samples:>7} {self.median_us:>10.1f} {self.p99_us:>10.1f}"
             f" {self.ratio:>8.2f}"
+            + (f" {self.floor_ratio:>8.2f}" if self.floor_ratio is not None else "")
         )
 
 
@@ -78,7 +84,10 @@ async def servers_or(urls: Sequence[str] | None, n: int) -> AsyncIterator[Sequen
 
 def format_table(figures: Sequence[Figure]) -> str:
     """The figures as a text table, with the machine described."""
-    head = f"{'figure':<28} {'samples':>7} {'median µs':>10} {'p99 µs':>10} {'x ping':>8}"
+    head = (
+        f"{'figure':<28} {'samples':>7} {'median µs':>10} {'p99 µs':>10} {'x ping':>8}"
+        f" {'x floor':>8}"
+    )
     loop = "uvloop" if os.environ.get(UVLOOP_ENV) == "1" else "asyncio"
     machine = (
         f"# {platform.python_implementation()} {platform.python_version()} on "

@@ -1,4 +1,4 @@
-"""Uncontended latency: acquire + release cycles on 1 and 5 nodes, against PING."""
+"""Uncontended latency: acquire + release cycles on 1 and 5 nodes, against the floor."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import redis.asyncio as redis
 from .._manager import LockManager
 from ..testing import Server, Servers
 from ._common import Figure, make_figure, pinger, servers_or, timed
+from .floor import Floor
 
 ROUNDS = 10
 
@@ -16,10 +17,12 @@ ROUNDS = 10
 async def run_latency(
     urls: Sequence[str] | None = None, *, count: int = 2000, warmup: int = 200
 ) -> list[Figure]:
-    """PING, cycle1, cycle5, and cycle5 with one node hung (embedded nodes only).
+    """PING, the floors, cycle1, cycle5, and cycle5 with one node hung (embedded nodes).
 
     The figures are measured in interleaved rounds, so that a slow spell of a shared
-    machine weighs on all of them alike and their ratios stay meaningful.
+    machine weighs on all of them alike and their ratios stay meaningful. Each cycle's
+    ``floor_ratio`` is to the floor on as many nodes (floor.py); the hung one's to the
+    floor of all nodes answering.
     """
     per_round = max(1, count // ROUNDS)
     samples: dict[str, list[float]] = {}
@@ -28,6 +31,7 @@ async def run_latency(
         # (A benchmark measures locks, not a restart's quarantine: no restart_grace.)
         one = LockManager(nodes[:1], restart_grace=0)
         many = LockManager(nodes, restart_grace=0)
+        floor1, floor = await Floor.open(nodes[:1]), await Floor.open(nodes)
         hung: Server | None = None
         if isinstance(nodes, Servers) and len(nodes) >= 3:
             server = nodes.servers[-1]
@@ -46,27 +50,37 @@ async def run_latency(
                 await lock5.release()
 
             name5 = f"cycle{len(nodes)}"
-            for op in (pinger(client), cycle1, cycle5):
+            ops = (
+                ("ping (redis-py)", pinger(client)),
+                ("floor1 (2 PING fan-outs)", floor1.cycle),
+                ("cycle1 acquire+release", cycle1),
+                (f"floor{len(nodes)} (2 PING fan-outs)", floor.cycle),
+                (f"{name5} acquire+release", cycle5),
+            )
+            for _, op in ops:
                 await timed(op, warmup, 0)
             for _ in range(ROUNDS):
-                for name, op in (
-                    ("ping (redis-py)", pinger(client)),
-                    ("cycle1 acquire+release", cycle1),
-                    (f"{name5} acquire+release", cycle5),
-                ):
+                for name, op in ops:
                     samples.setdefault(name, []).extend(await timed(op, per_round, 0))
                 if hung is not None:
                     samples.setdefault(f"{name5}, 1 node hung", []).extend(
                         await _timed_hung(hung, cycle5, per_round)
                     )
         finally:
+            floor1.close()
+            floor.close()
             await client.aclose()
             await one.aclose()
             await many.aclose()
     figures = [make_figure(name, values) for name, values in samples.items()]
     ping = figures[0].median_us
+    floors = {1: figures[1].median_us, len(nodes): figures[3].median_us}
     for figure in figures:
         figure.ratio = figure.median_us / ping
+        if figure.name.startswith("cycle"):
+            figure.floor_ratio = (
+                figure.median_us / floors[1 if "cycle1 " in figure.name else len(nodes)]
+            )
     return figures
 
 
