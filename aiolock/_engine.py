@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Final
 
 import anyio
@@ -350,7 +350,7 @@ class Engine:
             logger.error("aiolock: %s", error)
             node.refuse(error)
 
-    async def release(self, key: bytes, token: bytes, *, local: bool = False) -> Votes:
+    def release(self, key: bytes, token: bytes, *, local: bool = False) -> Awaitable[Votes]:
         """Release the plain lock ``key`` held with ``token`` on every node.
 
         ``local``: a waiter of this process takes the lock next, and the message says so
@@ -359,12 +359,12 @@ class Engine:
         """
         quorum = self.quorum
         if local:
-            return await quorum.release(key, token, more_args=(NOT_FREE,))
+            return quorum.release(key, token, more_args=(NOT_FREE,))
         if self.turns is None:
-            return await quorum.release(key, token)
+            return quorum.release(key, token)
         # The fencing floor, should the release grant the lock to the next in line.
         floor = b"%d" % int(quorum.wall_clock() * 1_000_000)
-        return await quorum.release(
+        return quorum.release(
             key, token, script=RELEASE_TURN_SCRIPT, more_keys=(fence_key(key), *turn_keys(key)),
             more_args=(floor, *self.waiting.release_args(key)),
         )  # fmt: skip

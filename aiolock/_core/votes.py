@@ -12,7 +12,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final, NoReturn, Protocol
 
 from .._lua import Script
 from .calls import Callback
@@ -27,6 +27,7 @@ __all__ = [
     "TimedFanOut",
     "Votes",
     "WriteTimer",
+    "decided_despite",
     "drift",
     "milliseconds",
     "quorum_size",
@@ -384,12 +385,17 @@ async def wait_decided(votes: _Awaited) -> None:
     """
     try:
         await votes.waiter
-        return
     except asyncio.CancelledError as exc:
-        # The cancellation also cancelled the future (unless it was already set):
-        # wait on fresh ones, shielded from anyio's cancel scopes too (which would
-        # otherwise deliver the cancellation again at every await).
-        cancelled = exc
+        await decided_despite(votes, exc)
+
+
+async def decided_despite(votes: _Awaited, cancelled: BaseException) -> NoReturn:
+    """Wait until ``votes`` are decided after ``cancelled`` interrupted the wait; raise it.
+
+    The cancellation also cancelled the future (unless it was already set): wait on
+    fresh ones, shielded from anyio's cancel scopes too (which would otherwise deliver
+    the cancellation again at every await).
+    """
     loop = asyncio.get_running_loop()
     while not votes.decided():
         waiter = votes.waiter = loop.create_future()

@@ -20,7 +20,7 @@ announced on ``<key>:rw:released``. Handles are renewed like locks.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from .._core.checks import shown
@@ -103,8 +103,8 @@ class _RWHandle(Lock):
     #: Reads from a node's reply the keys it asks to be declared (see RW_WRITE).
     _keys_asked: Callable[[Any], tuple[bytes, ...] | None] | None = None
 
-    async def _attempt(self, token: bytes) -> Attempt:
-        return await self._engine.quorum.acquire(
+    def _attempt(self, token: bytes) -> Awaitable[Attempt]:
+        return self._engine.quorum.acquire(
             self._key,
             token,
             self._ttl,
@@ -115,10 +115,10 @@ class _RWHandle(Lock):
             keys_asked=self._keys_asked,
         )
 
-    async def _release_votes(self, token: bytes, *, local: bool = False) -> Votes:
+    def _release_votes(self, token: bytes, *, local: bool = False) -> Awaitable[Votes]:
         # (Readers and writers always announce a release: ``local`` is not used.)
         rw = self._rw
-        return await self._engine.quorum.release(
+        return self._engine.quorum.release(
             self._key,
             token,
             script=RW_RELEASE_SCRIPT,

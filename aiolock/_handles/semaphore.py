@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 import secrets
+from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -131,9 +132,9 @@ class _Slot(Lock):
     def _queue_key(self) -> bytes:
         return self.semaphore_key
 
-    async def _release_votes(self, token: bytes, *, local: bool = False) -> Votes:
+    def _release_votes(self, token: bytes, *, local: bool = False) -> Awaitable[Votes]:
         message = (NOT_FREE,) if local else ()
-        return await self._engine.quorum.release(
+        return self._engine.quorum.release(
             self._key,
             token,
             script=SEM_RELEASE_SCRIPT,

@@ -39,6 +39,7 @@ from .._core.votes import (
     Veto,
     Votes,
     WriteTimer,
+    decided_despite,
     drift,
     is_list,
     is_one,
@@ -141,10 +142,12 @@ class Quorum:
             send, classify, early=early, only=only, others=others, veto=veto
         )
         try:
-            if shielded:
-                await wait_decided(votes)
-            else:
+            try:
                 await waiter
+            except asyncio.CancelledError as exc:
+                if not shielded:
+                    raise
+                await decided_despite(votes, exc)  # (wait_decided's, inlined: a frame less)
         finally:
             timer.cancel()
             if not votes.waiter.done():
