@@ -94,6 +94,11 @@ def test_bench_prints_figures_as_json() -> None:
     assert [c["overlaps"] for c in report["contention"]] == [0, 0]
     assert all(c["counter_exact"] for c in report["contention"])
     assert all(c["sections"] > 0 for c in report["contention"])
+    crossing = report["contention"][1]  # (4 processes: beside its floor, same nodes)
+    assert crossing["cross_process_floor_us"] > 0
+    assert crossing["cross_process_floor_ratio"] == pytest.approx(
+        crossing["cross_process_p50_us"] / crossing["cross_process_floor_us"]
+    )
     assert report["names"]["tasks"] == 100
     assert report["names"]["cycles_per_second"] > 0
     assert report["waiters"]["handoffs"] == 50

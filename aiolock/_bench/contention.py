@@ -17,6 +17,10 @@ import redis.asyncio as redis
 
 from .._manager import LockManager
 from ._common import UVLOOP_ENV, evalsha_calls, p50_p99, runner, servers_or
+from .floor import Floor
+
+#: Handoff floors measured after the contention runs (their p50 is the figure's).
+HANDOFF_FLOORS = 300
 
 
 async def _contend(
@@ -77,6 +81,10 @@ class ContentionFigures:
     #: Script calls on all nodes per critical section (10 at best on 5 nodes: one
     #: acquire and one release each); more is attempts that lost a race.
     scripts_per_section: float = 0.0
+    #: The floor of a handoff between processes (floor.py: a PUBLISH heard, then a
+    #: script's fan-out), p50 on the same nodes, and the handoff's ratio to it.
+    cross_process_floor_us: float = 0.0
+    cross_process_floor_ratio: float = 0.0
 
     def row(self) -> str:
         """A text row."""
@@ -89,8 +97,10 @@ class ContentionFigures:
         if self.processes > 1:
             row += (
                 f"\n{'':<24} {self.cross_process_handoffs:>6} handoffs between processes: "
-                f"p50 {self.cross_process_p50_us:.0f} µs ({self.cross_process_ratio:.2f} x ping)"
-                f" p99 {self.cross_process_p99_us:.0f} µs; fairness {self.fairness:.2f}"
+                f"p50 {self.cross_process_p50_us:.0f} µs ({self.cross_process_ratio:.2f} x ping, "
+                f"{self.cross_process_floor_ratio:.2f} x its floor of "
+                f"{self.cross_process_floor_us:.0f} µs) p99 {self.cross_process_p99_us:.0f} µs; "
+                f"fairness {self.fairness:.2f}"
             )
         return row
 
@@ -169,6 +179,14 @@ async def run_contention(
                 sections.extend((a, b, c) for a, b, c in json.loads(stdout))
             out.append(_analyse("4 processes x 4 tasks", 4, 4, sections, _read(counter)))
             out[-1].scripts_per_section = (await scripts() - before) / max(1, len(sections))
+        floor = await Floor.open(nodes)
+        try:
+            floor_us = p50_p99(await floor.handoffs(nodes[0], HANDOFF_FLOORS))[0]
+        finally:
+            floor.close()
+        crossing = out[-1]
+        crossing.cross_process_floor_us = floor_us
+        crossing.cross_process_floor_ratio = crossing.cross_process_p50_us / floor_us
         for client in clients:
             await client.aclose()
     return out

@@ -7,17 +7,21 @@ no parser beyond counting reply lines, no tasks. Every latency figure of ``bench
 also given as a ratio to it, measured in the same interleaved rounds, so that what is
 left to win is in the figure itself.
 
-The floor of a handoff between processes is one PUBLISH heard by another connection,
-then one script fan-out (the least a waiter told of a release does to take the lock).
+The floor of a handoff between processes (:meth:`Floor.handoff`) is one PUBLISH heard
+by another connection, then one script fan-out: the least a waiter told of a release
+does to take the lock.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import hashlib
+import time
 from collections.abc import Sequence
 from typing import Any, cast
 
+import hiredis
 from redis.asyncio.connection import parse_url
 
 __all__ = ["Floor"]
@@ -30,30 +34,43 @@ def _command(*parts: bytes) -> bytes:
     return head + b"".join(b"$%d\r\n%s\r\n" % (len(part), part) for part in parts)
 
 
+#: A script that does nothing, for the handoff's fan-out: ``EVAL`` it once, then
+#: ``EVALSHA``.
+_NOOP = b"return 1"
+_NOOP_SHA = hashlib.sha1(_NOOP).hexdigest().encode()  # noqa: S324 - Redis's script id
+
+
 class _Line(asyncio.Protocol):
-    """One connection; each request's reply is one line (``+PONG``, ``:1``, ...)."""
+    """One connection, its replies parsed by hiredis and matched to requests in order.
+
+    A reply nobody asked for (a pub/sub message) goes to :meth:`next_message`'s future.
+    """
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.waiting: collections.deque[asyncio.Future[bytes]] = collections.deque()
-        self.buffer = b""
+        self.waiting: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self.reader = hiredis.Reader()
+        self.message: asyncio.Future[Any] | None = None
         self.loop = asyncio.get_running_loop()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
-        buffer = self.buffer + data
-        while (end := buffer.find(b"\r\n")) >= 0:
-            line, buffer = buffer[:end], buffer[end + 2 :]
-            if line.startswith((b"*", b">")):  # a push: its lines are read as they come
-                continue
+        self.reader.feed(data)
+        while (reply := self.reader.gets()) is not False:
             if self.waiting:
-                self.waiting.popleft().set_result(line)
-        self.buffer = buffer
+                self.waiting.popleft().set_result(reply)
+            elif self.message is not None and not self.message.done():
+                self.message.set_result(reply)
 
-    def send(self, request: bytes) -> asyncio.Future[bytes]:
-        reply: asyncio.Future[bytes] = self.loop.create_future()
+    def next_message(self) -> asyncio.Future[Any]:
+        """The next reply that no request waits for."""
+        self.message = self.loop.create_future()
+        return self.message
+
+    def send(self, request: bytes) -> asyncio.Future[Any]:
+        reply: asyncio.Future[Any] = self.loop.create_future()
         self.waiting.append(reply)
         assert self.transport is not None  # noqa: S101 - opened by Floor.open
         self.transport.write(request)
@@ -103,3 +120,29 @@ class Floor:
         """Two sequential PING fan-outs: the floor of acquire + release."""
         await self.fan_out()
         await self.fan_out()
+
+    async def handoffs(self, url: str, count: int) -> list[float]:
+        """``count`` handoff floors, in seconds.
+
+        Each: a PUBLISH on the first node heard by a subscriber's own connection, then
+        a script's fan-out to every node.
+        """
+        listener = await _connect(url)
+        try:
+            channel = b"aiolock-bench-floor"
+            await listener.send(_command(b"SUBSCRIBE", channel))
+            publish = _command(b"PUBLISH", channel, b"")
+            noop = _command(b"EVALSHA", _NOOP_SHA, b"0")
+            await self.fan_out(_command(b"EVAL", _NOOP, b"0"))  # (loaded everywhere)
+            out = []
+            for _ in range(count):
+                started = time.perf_counter()
+                heard = listener.next_message()
+                self.lines[0].send(publish)
+                await heard
+                await self.fan_out(noop)
+                out.append(time.perf_counter() - started)
+            return out
+        finally:
+            if listener.transport is not None:
+                listener.transport.close()
