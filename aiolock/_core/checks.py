@@ -43,7 +43,7 @@ def shown(name: str) -> str:
     """``name`` for a message or a log line: quoted, and cut when long."""
     if len(name) <= SHOWN_CHARS:
         return repr(name)
-    return f"{name[:SHOWN_CHARS]!r}... ({len(name)} characters)"
+    return f"{name[:SHOWN_CHARS]!r}... ({len(name.encode(errors='replace'))} bytes)"
 
 
 def check_number(value: object, what: str) -> float:
