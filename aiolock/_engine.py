@@ -25,7 +25,7 @@ from typing import Final
 import anyio
 from redis.asyncio import RedisCluster
 
-from ._core.calls import ignore
+from ._core.calls import Soon, ignore
 from ._core.cancel import join, shielded
 from ._core.checks import check_ttl, shown
 from ._core.errors import NodeQuarantined, QuorumError
@@ -68,12 +68,12 @@ MIN_RESTART_GRACE: Final = 30.0
 
 
 def make_node(
-    spec: NodeSpec, node_timeout: float, scripts: tuple[Script, ...]
+    spec: NodeSpec, node_timeout: float, scripts: tuple[Script, ...], soon: Soon | None = None
 ) -> Node | ClusterNode:
     """The connection(s) for one node: a Redis Cluster client is one logical node."""
     if isinstance(spec, RedisCluster):
-        return ClusterNode(spec, request_timeout=node_timeout, scripts=scripts)
-    return Node(spec, request_timeout=node_timeout, scripts=scripts)
+        return ClusterNode(spec, request_timeout=node_timeout, scripts=scripts, soon=soon)
+    return Node(spec, request_timeout=node_timeout, scripts=scripts, soon=soon)
 
 
 async def connect_each(nodes: Iterable[Node | ClusterNode]) -> None:
@@ -101,15 +101,20 @@ class Engine:
         self.node_timeout = node_timeout
         self._hooks = tuple(on_event)
         self.clock: Callable[[], float] = time.monotonic
+        soon = Soon()  # (the nodes' flushes, then the fan-outs' timers: one loop handle)
         self.nodes = tuple(
-            make_node(spec, node_timeout, SCRIPTS + TURN_SCRIPTS + RENEWAL_SCRIPTS)
+            make_node(spec, node_timeout, SCRIPTS + TURN_SCRIPTS + RENEWAL_SCRIPTS, soon)
             for spec in specs
         )
         for node in self.nodes:
             if isinstance(node, Node):
                 node.on_identity = self._on_identity
         self.quorum = Quorum(
-            self.nodes, node_timeout=node_timeout, drift_factor=drift_factor, clock=self.clock
+            self.nodes,
+            node_timeout=node_timeout,
+            drift_factor=drift_factor,
+            clock=self.clock,
+            soon=soon,
         )
         # The renewal shares each node's one ordered connection with every other command
         # of ours (issue 31): at a node, the commands of one lock then apply in the order
@@ -123,6 +128,7 @@ class Engine:
             node_timeout=node_timeout,
             drift_factor=drift_factor,
             clock=self.clock,
+            soon=soon,
         )
         self._restart_grace = restart_grace
         #: The longest ttl of a handle or an extension of this manager (restart_grace).

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Final, NoReturn, Protocol
 
 from .._lua import Script
-from .calls import Callback
+from .calls import Callback, Soon
 from .cancel import outlast
 
 __all__ = [
@@ -322,11 +322,12 @@ class FanOutTimer:
     cancellation cost a fifth of a one-node lock cycle's client instructions.)
     """
 
-    __slots__ = ("_armed_on", "_delay", "_due", "_names")
+    __slots__ = ("_armed_on", "_delay", "_due", "_names", "_soon")
 
-    def __init__(self, delay: float, names: Sequence[str]) -> None:
+    def __init__(self, delay: float, names: Sequence[str], soon: Soon | None = None) -> None:
         self._delay = delay
         self._names = names
+        self._soon = Soon() if soon is None else soon
         self._due: deque[tuple[float, TimedFanOut]] = deque()
         #: The loop the timer is armed on (None: not armed).
         self._armed_on: asyncio.AbstractEventLoop | None = None
@@ -334,7 +335,7 @@ class FanOutTimer:
     def start(self, votes: Votes) -> TimedFanOut:
         """Time ``votes`` out ``delay`` after the writes scheduled so far."""
         timed = TimedFanOut(votes)
-        asyncio.get_running_loop().call_soon(self._stamp, timed)
+        self._soon(self._stamp, timed)
         return timed
 
     def _stamp(self, timed: TimedFanOut) -> None:

@@ -44,7 +44,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from .._core.calls import Callback, ignore
+from .._core.calls import Callback, Soon, ignore
 from .._core.cancel import join
 from .._lua import Script
 from .node import Node
@@ -101,8 +101,10 @@ class ClusterNode:
         request_timeout: float,
         connect_timeout: float = 2.0,
         scripts: tuple[Script, ...] = (),
+        soon: Soon | None = None,
     ) -> None:
         self.spec = client
+        self._soon = Soon() if soon is None else soon
         self.name = node_name(client)
         self._client = client
         self._request_timeout = request_timeout
@@ -277,6 +279,7 @@ class ClusterNode:
                 request_timeout=self._request_timeout,
                 scripts=self._loaded,
                 endpoint=self.endpoint(address),
+                soon=self._soon,
             )
             node.on_identity = self._on_identity
             self._servers[address] = node

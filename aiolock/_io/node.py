@@ -32,7 +32,7 @@ import hiredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError, RedisError
 
-from .._core.calls import Callback, ignore
+from .._core.calls import Callback, Soon, ignore
 from .._core.cancel import join
 from .._core.events import logger
 from .._lua import Script
@@ -102,9 +102,13 @@ class Node(ReplyReader):
         connect_timeout: float = 2.0,
         scripts: tuple[Script, ...] = (),
         endpoint: Endpoint | None = None,
+        soon: Soon | None = None,
     ) -> None:
         super().__init__()
         self.spec = spec
+        #: Where the requests held back in a loop iteration are flushed from (shared by
+        #: the manager's nodes and fan-outs: see Soon).
+        self._soon = Soon() if soon is None else soon
         self._endpoint = endpoint if endpoint is not None else Endpoint(spec, connect_timeout)
         self.name = self._endpoint.name
         self._request_timeout = request_timeout
@@ -233,7 +237,7 @@ class Node(ReplyReader):
             return
         transport.write(packed)
         self._buffered, self._buffered_for = [], transport
-        asyncio.get_running_loop().call_soon(self._flush, transport)
+        self._soon(self._flush, transport)
 
     def _flush(self, transport: asyncio.Transport) -> None:
         buffered = self._buffered

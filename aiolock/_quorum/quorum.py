@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._core.batch import BatchVotes, batch_chunks, chunk_args
-from .._core.calls import Callback, ignore
+from .._core.calls import Callback, Soon, ignore
 from .._core.cancel import shielded
 from .._core.fencing import fence_retention
 from .._core.keys import fence_key as fence_key_of
@@ -77,6 +77,7 @@ class Quorum:
         drift_factor: float,
         clock: Callable[[], float],
         wall_clock: Callable[[], float] | None = None,
+        soon: Soon | None = None,
     ) -> None:
         self.nodes = tuple(nodes)
         self.names = tuple(node.name for node in self.nodes)
@@ -89,7 +90,7 @@ class Quorum:
         self.clock = clock
         #: Consulted for each yes to an acquire (see :data:`Veto`); None: none.
         self.veto: Veto | None = None
-        self._timer = FanOutTimer(node_timeout, self.names)
+        self._timer = FanOutTimer(node_timeout, self.names, soon)
 
     def expiry(self, start: float, ttl: float) -> float:
         """When a key set for ``ttl`` by requests sent at ``start`` stops being valid.

@@ -74,6 +74,12 @@ REGRESSIONS: list[tuple[int | str, list[int] | None, str]] = [
         "timer's mutant until one timer served every fan-out",
     ),
     (
+        140737489374714,
+        [0],
+        "caught the watchdog's write-time mutant until one handle per iteration served the "
+        "flushes",
+    ),
+    (
         "v2:167519440969196",
         [],
         "checker: a head took the lock by its grant, found on the nodes before heard, and "
@@ -388,7 +394,7 @@ CAUGHT: list[tuple[str, int | str, list[int], str]] = [
     ),
     (
         "the stall watchdog times a request from its send, though a block kept it unwritten",
-        140737489374714,
+        "v2:4789153176906",
         [0],
         "lost under short blocks",
     ),
