@@ -76,8 +76,7 @@ REGRESSIONS: list[tuple[int | str, list[int] | None, str]] = [
     (
         140737489374714,
         [0],
-        "caught the watchdog's write-time mutant until one handle per iteration served the "
-        "flushes",
+        "caught the watchdog's write-time mutant until one handle per iteration served the flushes",
     ),
     (
         "v2:167519440969196",
