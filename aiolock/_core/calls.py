@@ -28,20 +28,27 @@ class Soon:
     node and per fan-out cost more than the requests did.
     """
 
-    __slots__ = ("_due",)
+    __slots__ = ("_due", "_loop")
 
     def __init__(self) -> None:
+        #: The callbacks of the handle now due, on ``_loop`` (a batch that another loop
+        #: was left with never runs here: a new one starts).
         self._due: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def __call__(self, callback: Callable[..., object], *args: Any) -> None:
         """Run ``callback(*args)`` after every callback given before it."""
+        loop = asyncio.get_running_loop()
         due = self._due
-        if not due:
-            asyncio.get_running_loop().call_soon(self._run)
+        if not due or self._loop is not loop:
+            due = self._due = []
+            self._loop = loop
+            loop.call_soon(self._run, due)
         due.append((callback, args))
 
-    def _run(self) -> None:
-        due, self._due = self._due, []
+    def _run(self, due: list[tuple[Callable[..., object], tuple[Any, ...]]]) -> None:
+        if self._due is due:  # (callbacks given from now on: the next handle's)
+            self._due = []
         for callback, args in due:
             try:
                 callback(*args)

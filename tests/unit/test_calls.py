@@ -58,3 +58,23 @@ async def test_a_callback_that_raises_is_reported_and_the_others_still_run() -> 
         loop.set_exception_handler(None)
     assert ran == ["before", "after"]
     assert [type(c["exception"]) for c in reported] == [RuntimeError]
+
+
+def test_a_batch_left_on_a_loop_that_ended_does_not_hold_back_the_next_loop() -> None:
+    soon = Soon()
+    ran: list[str] = []
+
+    async def leave_one() -> None:
+        asyncio.get_running_loop().stop()  # the loop ends with this iteration,
+        soon(ran.append, "never run")  # before the handle runs
+
+    first = asyncio.new_event_loop()
+    first.run_until_complete(leave_one())
+    first.close()
+
+    async def later() -> None:
+        soon(ran.append, "on the new loop")
+        await asyncio.sleep(0)
+
+    asyncio.run(later())
+    assert ran == ["on the new loop"]
