@@ -108,7 +108,7 @@ def check_outlives(holdings: list[Holding]) -> list[str]:
 
 def check_exclusion(holdings: list[Holding], *, faults: bool = True) -> list[str]:
     """The exclusion and fencing rules; ``faults``: whether the run had any (see
-    :func:`_counters_lost`)."""
+    :func:`counters_lost`)."""
     problems: list[str] = []
     by_domain: dict[tuple[Any, ...], list[Holding]] = defaultdict(list)
     # One record per acquisition (levels, detach + attach: one Holding, see workload.py),
@@ -126,7 +126,7 @@ def check_exclusion(holdings: list[Holding], *, faults: bool = True) -> list[str
                     a.token is not None
                     and b.token is not None
                     and not b.token > a.token
-                    and not _counters_lost(a, b, faults=faults)
+                    and not counters_lost(a, b, faults=faults)
                 ):
                     problems.append(
                         f"fencing: {domain} token {b.token} ({b.owner}) began after "
@@ -159,7 +159,7 @@ def check_exclusion(holdings: list[Holding], *, faults: bool = True) -> list[str
     return problems
 
 
-def _counters_lost(a: Holding, b: Holding, *, faults: bool = True) -> bool:
+def counters_lost(a: Holding, b: Holding, *, faults: bool = True) -> bool:
     """Whether so many nodes had lost the counter that made ``a``'s token when ``b``
     began that ``b``'s quorum may have met none of them: the one case where the promise
     of increasing tokens rests on the acquirers' wall clocks alone

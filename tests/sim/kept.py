@@ -79,6 +79,12 @@ REGRESSIONS: list[tuple[int | str, list[int] | None, str]] = [
         "caught the watchdog's write-time mutant until one handle per iteration served the flushes",
     ),
     (
+        "v2:166971183357",
+        None,
+        "checker: a write refused for a token below one whose counter a failover lost, "
+        "which the fencing rule allows",
+    ),
+    (
         "v2:167519440969196",
         [],
         "checker: a head took the lock by its grant, found on the nodes before heard, and "

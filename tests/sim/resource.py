@@ -14,8 +14,11 @@ Rules, over the resource's history:
   of another holding is accepted, no later write of an earlier one is). Binding in
   every run, those that break the timing assumptions too.
 * **refused while valid**: no write is refused that arrived while its holder's last
-  step still called the lock valid (a later holder wrote while it held the lock).
-  Advisory where the run breaks the timing assumptions (run.broken).
+  step still called the lock valid (a later holder wrote while it held the lock),
+  unless the tokens above it come only from holdings that the fencing rule's exception
+  covers (check.py: the counter that made them lost on a majority, the acquirers' wall
+  clocks alone ordering the tokens). Advisory where the run breaks the timing
+  assumptions (run.broken).
 """
 
 from __future__ import annotations
@@ -80,11 +83,28 @@ def check_fenced(resource: Resource) -> list[str]:
     return []
 
 
-def check_refused(resource: Resource) -> list[str]:
-    """The refused-while-valid rule."""
-    return [
-        f"refused while valid: {w.name!r}: the write of {w.holding.owner} (token "
-        f"{w.token}) was refused at {w.at:.6f}, its lock valid until {w.valid_until:.6f}"
-        for w in resource.writes
-        if not w.accepted and w.at < w.valid_until
-    ][:1]
+def check_refused(
+    resource: Resource, lost: Callable[[Any, Any], bool] = lambda _a, _b: False
+) -> list[str]:
+    """The refused-while-valid rule.
+
+    ``lost(a, b)``: the fencing rule's one exception (check.counters_lost), where
+    holding ``b``'s token may be below the earlier ``a``'s: a write refused for a token
+    that only such holdings' accepted writes exceed is what the fencing rule allows.
+    """
+    problems = []
+    for w in resource.writes:
+        if w.accepted or w.at >= w.valid_until:
+            continue
+        above = {
+            id(a.holding): a.holding
+            for a in resource.writes
+            if a.accepted and a.name == w.name and a.token > w.token and a.at <= w.at
+        }
+        if above and all(lost(a, w.holding) for a in above.values()):
+            continue
+        problems.append(
+            f"refused while valid: {w.name!r}: the write of {w.holding.owner} (token "
+            f"{w.token}) was refused at {w.at:.6f}, its lock valid until {w.valid_until:.6f}"
+        )
+    return problems[:1]

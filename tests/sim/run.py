@@ -33,6 +33,7 @@ from .check import (
     check_outlives,
     check_revived,
     check_told,
+    counters_lost,
 )
 from .given import GivenTurns
 from .live import (
@@ -864,7 +865,11 @@ def run(target: Plan | Schedule, keep: Iterable[int] | None = None) -> Result:
         # it: seed 35184382090313, a pause and a stall.)
         *(world.wire if quiet(faults) else []),
         *world.promises,
-        *(check_refused(world.resource) if world.resource is not None else []),
+        *(
+            check_refused(world.resource, lambda a, b: counters_lost(a, b, faults=bool(faults)))
+            if world.resource is not None
+            else []
+        ),
     ]
     advisory = []
     if broken(faults):  # (the timing assumptions do not hold: see BINDING)
