@@ -297,12 +297,22 @@ MUTANTS = [
     ),
     Mutant(
         "a subscription confirmed late does not wake the waiter",
-        "waiting.py",
-        "late.add_done_callback(lambda _done: queue.missed_release())",
-        "late.add_done_callback(lambda _done: None)",
+        "queue.py",
+        "        self.unconfirmed -= 1\n        self.missed_release()\n",
+        "        self.unconfirmed -= 1\n",
         (
-            "tests/test_failures.py::"
-            "test_a_subscription_confirmed_late_still_hears_a_release_made_before_it",
+            "tests/unit/test_queue.py::"
+            "test_a_head_is_deaf_until_every_late_confirmation_came_and_each_wakes_it",
+        ),
+    ),
+    Mutant(
+        "a head that cannot hear a release yet sleeps toward the holder's expiry",
+        "waiting.py",
+        "sleep = min(sleep, FALLBACK)",
+        "sleep = sleep",
+        (
+            "tests/test_waiting.py::"
+            "test_a_waiter_whose_subscriptions_are_not_confirmed_tries_at_the_fallback",
         ),
     ),
     Mutant(
@@ -1016,11 +1026,13 @@ MUTANTS = [
     Mutant(
         "a subscription confirmed again after a reset does not wake the head",
         "queue.py",
-        "back.add_done_callback(self._confirmed_again)\n",
-        "back.cancel()\n",
+        "                        self.confirmed_late(back)\n",
+        "                        back.cancel()\n",
         (
             "tests/turns/test_pubsub.py::"
             "test_a_process_whose_pubsub_connections_drop_offers_tentatively_until_they_are_back",
+            "tests/unit/test_queue.py::"
+            "test_after_a_reset_the_head_is_deaf_until_its_subscriptions_are_back",
         ),
     ),
     # The tenth session's second fix (seed 70368944185082, nodes that are clusters).

@@ -492,6 +492,7 @@ def test_seeds_that_once_failed_pass(part: int) -> None:
         "resource-unfenced",
         "fan-out-timer-before-sends",
         "write-stamped-before-block",
+        "deaf-head-sleeps-to-expiry",
     ],
 )
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(

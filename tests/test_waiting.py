@@ -108,6 +108,30 @@ async def test_a_waiter_wakes_when_a_quorum_is_free_not_at_a_rivals_longer_ttl(
         await waiter.release()
 
 
+async def test_a_waiter_whose_subscriptions_are_not_confirmed_tries_at_the_fallback(
+    urls: list[str], name: str
+) -> None:
+    """Found by the simulation (seed v2:27489202677045, subscriptions held back): a
+    waiter's SUBSCRIBEs reached the nodes only 0.85 to 1.5 s after it sent them. Its
+    attempt had failed meanwhile and it slept toward the holder's expiry; the release
+    came before any node had its subscription, and the name stayed free 0.62 s, until
+    a late confirmation woke it. A waiter that may not hear a release yet tries again
+    at least every fallback (0.5 s), as one named in vain does."""
+    async with nemesis(urls) as net, LockManager(urls) as one, LockManager(net.urls) as two:
+        holder = one.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire()
+        for node in net:
+            node.hold(command("SUBSCRIBE"), math.inf)  # no node confirms
+        waiter = two.lock(name, ttl=5)
+        task = asyncio.create_task(waiter.acquire(timeout=8))
+        await asyncio.sleep(0.4)  # its attempt failed; it sleeps, deaf
+        released = time.monotonic()
+        await holder.release()
+        assert await task, "slept toward the holder's 30 s expiry"
+        assert time.monotonic() - released < 2.0
+        await waiter.release()
+
+
 async def test_killed_pubsub_connections_do_not_hang_waiters(
     urls: list[str], clients: list[redis.Redis], name: str
 ) -> None:

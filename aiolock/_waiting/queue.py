@@ -45,6 +45,7 @@ class Queue:
         "promised",
         "subscribed",
         "takers",
+        "unconfirmed",
         "wake",
     )
 
@@ -58,6 +59,9 @@ class Queue:
         self.entries: deque[asyncio.Future[float | None]] = deque()
         self.wake = asyncio.Event()
         self.subscribed = False
+        # Our subscriptions to the release channels that a node has not confirmed
+        # since our head's attempt went out (see confirmed_late).
+        self.unconfirmed = 0
         # Handoffs in a row to a waiter of this process (see Waiting.released).
         self.local_streak = 0
         # The last handoff found no other process in the name's turn queue.
@@ -101,7 +105,7 @@ class Queue:
                 for channel in self.channels:
                     back = listener.confirmation(channel)
                     if back is not None:
-                        back.add_done_callback(self._confirmed_again)
+                        self.confirmed_late(back)
         if self.entry is not None and not self.polling():
             ours = self.grants
             if ours is not None and grants is not None:
@@ -111,8 +115,27 @@ class Queue:
                 ]
             self.entry.taken_out(ours)
 
-    def _confirmed_again(self, _confirmation: asyncio.Future[None]) -> None:
+    def confirmed_late(self, confirmation: asyncio.Future[None]) -> None:
+        """A node will confirm a subscription to a release channel after the head tried.
+
+        Until it does, a release there goes unheard: the head tries again at least
+        every fallback (see deaf). When it does, the head tries again at once (see
+        missed_release).
+        """
+        self.unconfirmed += 1
+        confirmation.add_done_callback(self._confirmed)
+
+    def _confirmed(self, _confirmation: asyncio.Future[None]) -> None:
+        self.unconfirmed -= 1
         self.missed_release()
+
+    def deaf(self) -> bool:
+        """Whether a node we listen on has yet to confirm our subscription.
+
+        Until it does, a release there goes unheard, however long the head would
+        sleep otherwise.
+        """
+        return self.unconfirmed > 0
 
     def missed_release(self) -> None:
         """A release may have gone unheard: a subscription confirmed late, or lost.

@@ -54,7 +54,7 @@ from .grants import Grants
 from .handoff import Line, others_in_line
 from .queue import POLL_INTERVAL, Queue, Streaks, listening
 from .taker import Taker, attempt_as_head
-from .turns import TAKEN_OUT, Turns
+from .turns import FALLBACK, TAKEN_OUT, Turns
 
 __all__ = ["Outcome", "Waiting"]
 
@@ -390,6 +390,8 @@ class Waiting:
         sleep = UNKNOWN_HOLDER_WAIT if hint is None else hint + EXPIRY_SLACK
         if wait.queue.polling():
             sleep = min(sleep, POLL_INTERVAL)  # a release may go unheard
+        elif wait.queue.deaf():
+            sleep = min(sleep, FALLBACK)  # a release may go unheard until then
         return min(left, sleep * random.uniform(1.0, 1.1))
 
     def _won(self, wait: _Wait, result: Outcome, *, exclusive: bool) -> None:
@@ -478,7 +480,7 @@ class Waiting:
             await asyncio.wait(pending, timeout=self._confirm_timeout)
             for late in confirmations:
                 if not late.done():
-                    late.add_done_callback(lambda _done: queue.missed_release())
+                    queue.confirmed_late(late)
 
     async def aclose(self) -> None:
         """Close the pub/sub connections."""

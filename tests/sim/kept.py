@@ -90,6 +90,11 @@ REGRESSIONS: list[tuple[int | str, list[int] | None, str]] = [
         "checker: a head took the lock by its grant, found on the nodes before heard, and "
         "its process left the line unannounced",
     ),
+    (
+        "v2:27489202677045",
+        [0, 1, 2, 4, 5, 7, 8, 9, 10, 11, 12, 14, 15, 16, 17, 24, 25, 27, 28, 30],
+        "a head slept toward the holder's expiry while no node had its subscription (fixed)",
+    ),
 ]
 
 #: What the search found on its own with a named mutant of tests/mutants.py applied (a
@@ -237,9 +242,14 @@ CAUGHT: list[tuple[str, int | str, list[int], str]] = [
     ("a PASS_ON reserves no tokens for the leases after it", 8796093022819, [], "fencing"),
     ("a reserve made on fewer than a quorum is used", 549755934222, [], "backed"),
     ("a shortening extend() announces nothing", 4398046531387, [], "idle"),
-    ("a renewal retry path that raises", 41, list(range(16)), "logged"),
+    ("a renewal retry path that raises", "v2:230495359815842", [1], "logged"),
     ("semaphore release deletes another holder's slot", 17592226044416, [3], "exclusion"),
-    ("a subscription confirmed late does not wake the waiter", 17592226044771, [0], "idle"),
+    (
+        "a subscription confirmed late does not wake the waiter",
+        1125899913842699,
+        [5],
+        "woken when subscribed again",
+    ),
     ("a failed semaphore try writes the index without a ttl", 1099511627802, [0, 1], "bare key"),
     ("an attempt with the token granted to it loses", 200016431, [], "orphan"),
     ("a grant nobody hears kept", 17592246044659, [0], "orphan"),
@@ -560,6 +570,12 @@ CAUGHT: list[tuple[str, int | str, list[int], str]] = [
         "v2:159360518376234",
         [0],
         "lost under short blocks",
+    ),
+    (
+        "a head that cannot hear a release yet sleeps toward the holder's expiry",
+        "v2:27489202677045",
+        [0, 1, 2, 4, 5, 7, 8, 9, 10, 11, 12, 14, 15, 16, 17, 24, 25, 27, 28, 30],
+        "idle",
     ),
 ]
 
