@@ -1,6 +1,7 @@
 """Client instructions per lock cycle, counted by callgrind: a figure that barely moves.
 
     python benchmarks/instructions.py [--baseline CHECKOUT] [--nodes 1 5] [--tasks 64]
+                                      [--auto-renew]
 
 CPU time per cycle moves by 15 % or more between runs on a shared machine; the
 instructions the client executes much less: the same count to 0.1 % run after run on
@@ -14,6 +15,8 @@ acquire + release cycles on fresh names; the count of a run of 2 cycles per task
 taken from that of 12 per task, so start-up and warm-up cancel out. The floor (two
 PING fan-outs per cycle, ``aiolock/_bench/floor.py``) is counted the same way.
 ``--baseline``: a checkout (``git worktree add``) counted beside this one.
+``--auto-renew``: the locks renewed in the background, as the API's default has them
+(the figures otherwise leave renewal out, as the latency figures do).
 """
 
 from __future__ import annotations
@@ -38,7 +41,8 @@ SHORT, LONG = 2, 12
 _CLIENT = """
 import asyncio, sys, time
 sys.path.insert(0, sys.argv[1])
-kind, tasks, cycles, urls = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5:]
+kind, tasks, cycles, renew = sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+urls = sys.argv[6:]
 
 async def main():
     if kind == "floor":
@@ -50,7 +54,7 @@ async def main():
         # (callgrind runs a client about 50 times slower: a node_timeout to match)
         locks = LockManager(urls, restart_grace=0, node_timeout=5.0)
         async def cycle(name):
-            lock = locks.lock(name, ttl=30, auto_renew=False)
+            lock = locks.lock(name, ttl=30, auto_renew=renew == "renew")
             if await lock.acquire(timeout=0):
                 await lock.release()
     async def task(i, k, tag):
@@ -66,12 +70,15 @@ asyncio.run(main())
 """
 
 
-def count(checkout: Path, kind: str, tasks: int, cycles: int, urls: list[str]) -> int:
+def count(
+    checkout: Path, kind: str, tasks: int, cycles: int, urls: list[str], *, renew: bool = False
+) -> int:
     """Instructions of one client run, as callgrind counts them."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "callgrind.out"
         command = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
         command += [sys.executable, "-c", _CLIENT, str(checkout), kind, str(tasks), str(cycles)]
+        command.append("renew" if renew else "no-renew")
         subprocess.run([*command, *urls], capture_output=True, check=True)
         found = re.search(r"^(?:totals|summary): (\d+)", out.read_text(), re.MULTILINE)
     if found is None:
@@ -79,10 +86,12 @@ def count(checkout: Path, kind: str, tasks: int, cycles: int, urls: list[str]) -
     return int(found.group(1))
 
 
-def per_cycle(checkout: Path, kind: str, tasks: int, urls: list[str]) -> float:
+def per_cycle(
+    checkout: Path, kind: str, tasks: int, urls: list[str], *, renew: bool = False
+) -> float:
     """Instructions per cycle: the long run's count less the short one's."""
-    short = count(checkout, kind, tasks, SHORT, urls)
-    long = count(checkout, kind, tasks, LONG, urls)
+    short = count(checkout, kind, tasks, SHORT, urls, renew=renew)
+    long = count(checkout, kind, tasks, LONG, urls, renew=renew)
     return (long - short) / (tasks * (LONG - SHORT))
 
 
@@ -91,17 +100,20 @@ async def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", type=Path, help="another checkout, counted beside")
     parser.add_argument("--nodes", type=int, nargs="+", default=[1, 5])
     parser.add_argument("--tasks", type=int, default=64, help="tasks cycling at once")
+    parser.add_argument("--auto-renew", action="store_true", help="locks renewed (the default)")
     args = parser.parse_args(argv)
     sides = [("this", ROOT)] + ([("baseline", args.baseline.resolve())] if args.baseline else [])
     async with redis_servers(max(args.nodes)) as servers:
         urls = list(servers)
-        print(f"# {args.tasks} tasks")
+        print(f"# {args.tasks} tasks, auto_renew={args.auto_renew}")
         print(f"{'client instructions per cycle':<30} {'nodes':>5} {'count':>10} {'x floor':>8}")
         for n in args.nodes:
             floor = await asyncio.to_thread(per_cycle, ROOT, "floor", args.tasks, urls[:n])
             print(f"{'floor (2 PING fan-outs)':<30} {n:>5} {floor:>10,.0f} {1:>8.2f}", flush=True)
             for label, checkout in sides:
-                figure = await asyncio.to_thread(per_cycle, checkout, "lock", args.tasks, urls[:n])
+                figure = await asyncio.to_thread(
+                    per_cycle, checkout, "lock", args.tasks, urls[:n], renew=args.auto_renew
+                )
                 print(f"{label:<30} {n:>5} {figure:>10,.0f} {figure / floor:>8.2f}", flush=True)
     return 0
 

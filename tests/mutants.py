@@ -142,9 +142,39 @@ MUTANTS = [
     Mutant(
         "loss deadline checked only between renewal batches (no timer)",
         "renewal.py",
-        "self._timer = asyncio.get_running_loop().call_later(max(0.0, delay), self._deadline)",
-        "self._timer = None",
+        "self._renewer.deadlines.arm(self, min(self.give_up_at, self.hold_until))",
+        "min(self.give_up_at, self.hold_until)",
         ("tests/test_renewal.py::test_every_holder_is_told_a_guard_before_its_validity_ends",),
+    ),
+    Mutant(
+        "a deadline sooner than the one the timer waits for waits with it",
+        "renewal.py",
+        "if at < self._timer_at or loop is not self._loop:",
+        "if loop is not self._loop:",
+        (
+            "tests/unit/test_deadlines.py::"
+            "test_each_deadline_fires_at_its_time_and_a_moved_or_stopped_one_never",
+        ),
+    ),
+    Mutant(
+        "a deadline timer left on a loop that ended holds back the next loop's",
+        "renewal.py",
+        "if at < self._timer_at or loop is not self._loop:",
+        "if at < self._timer_at:",
+        (
+            "tests/unit/test_deadlines.py::"
+            "test_a_timer_left_on_a_loop_that_ended_does_not_hold_back_the_next_loop",
+        ),
+    ),
+    Mutant(
+        "a stopped renewal's deadline still fires",
+        "renewal.py",
+        "            if armed.armed != number:  # moved or stopped since\n",
+        "            if armed.armed != number and armed.armed:  # moved or stopped since\n",
+        (
+            "tests/unit/test_deadlines.py::"
+            "test_each_deadline_fires_at_its_time_and_a_moved_or_stopped_one_never",
+        ),
     ),
     Mutant(
         "extensions in flight together: the later reply wins",

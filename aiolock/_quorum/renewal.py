@@ -16,12 +16,12 @@ A lock is lost when
 * the optional ``max_hold`` has passed.
 
 Loss is decided by the clock, never by a request in flight: each renewal keeps a
-timer at its deadline (``give_up_at``, or ``max_hold``), moved whenever the lock's
-validity changes, and the timer fires even while a renewal batch still waits for
-hung nodes. (Before, the deadline was looked at only between batches, and a batch
-may wait ``ttl / 6``: holders of locks with ttl above a second were told after
-their lock had expired.) A deadline that has passed is final: a confirmation read
-after it (the loop was blocked) declares the loss rather than moving the timer.
+deadline (``give_up_at``, or ``max_hold``), moved whenever the lock's validity
+changes, and it fires even while a renewal batch still waits for hung nodes (a
+deadline looked at only between batches would be late: a batch may wait
+``ttl / 6``). The deadlines of a manager share one loop timer (:class:`Deadlines`).
+A deadline that has passed is final: a confirmation read after it (the loop was
+blocked) declares the loss rather than moving the deadline.
 
 Loss sets :attr:`Renewal.lost`, makes the lock not ``owned``, wakes
 :meth:`Renewal.wait_lost` and runs the ``on_lost`` callbacks (``async with`` uses
@@ -34,6 +34,8 @@ import asyncio
 import contextlib
 import math
 from collections.abc import Callable
+from heapq import heapify, heappop, heappush
+from typing import Protocol
 
 import anyio
 
@@ -48,7 +50,99 @@ from .._core.votes import milliseconds
 from .._lua import REPAIR_SCRIPT
 from .quorum import Quorum
 
-__all__ = ["Renewal", "Renewer"]
+__all__ = ["Deadlines", "Renewal", "Renewer"]
+
+#: Stopped or moved entries that Deadlines keeps before it drops them (when they are
+#: also half its heap): each drop walks the heap once.
+STALE_KEPT = 64
+
+
+class _Armed(Protocol):
+    """What Deadlines calls: a renewal, which notes its latest entry in ``armed``."""
+
+    armed: int
+
+    def deadline_passed(self) -> None: ...
+
+
+class Deadlines:
+    """The deadlines of one manager's renewals, on one loop timer.
+
+    A deadline is what tells a holder that its lock is lost in time, so it fires at
+    its time whatever else is armed, moved or stopped. A timer per renewal would cost
+    every lock cycle a ``TimerHandle`` made and cancelled, and every loop iteration
+    a heap of them; here a deadline is an entry in a heap of our own and one timer
+    waits for the earliest live one. An entry is live while it is its renewal's
+    latest (``armed`` holds its number; 0: none): moving a deadline pushes a new
+    entry, and stopping one leaves the old entry to be skipped, or dropped with the
+    others once they pile up.
+    """
+
+    __slots__ = ("_clock", "_count", "_heap", "_loop", "_stale", "_timer", "_timer_at")
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._heap: list[tuple[float, int, _Armed]] = []
+        self._count = 0
+        self._stale = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = math.inf
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def pending(self) -> int:
+        """Entries in the heap, live or not (for tests)."""
+        return len(self._heap)
+
+    def arm(self, armed: _Armed, at: float) -> None:
+        """Call ``armed.deadline_passed()`` at ``at`` (our clock), instead of any earlier arm."""
+        self._count += 1
+        if armed.armed:
+            self._stale += 1
+        armed.armed = self._count
+        heappush(self._heap, (at, self._count, armed))
+        loop = asyncio.get_running_loop()
+        if at < self._timer_at or loop is not self._loop:  # (a timer on a loop gone)
+            self._set(self._heap[0][0], loop)
+
+    def disarm(self, armed: _Armed) -> None:
+        """Never call ``armed.deadline_passed()`` for what was armed so far."""
+        if armed.armed:
+            armed.armed = 0
+            self._stale += 1
+            if self._stale > STALE_KEPT and 2 * self._stale > len(self._heap):
+                self._heap = [entry for entry in self._heap if entry[2].armed == entry[1]]
+                heapify(self._heap)
+                self._stale = 0
+
+    def close(self) -> None:
+        """Cancel the timer (every renewal is stopped)."""
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer, self._timer_at = None, math.inf
+
+    def _set(self, at: float, loop: asyncio.AbstractEventLoop) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at, self._loop = at, loop
+        self._timer = loop.call_later(max(0.0, at - self._clock()), self._fire)
+
+    def _fire(self) -> None:
+        self._timer, self._timer_at = None, math.inf
+        heap = self._heap
+        now = self._clock()
+        while heap:
+            at, number, armed = heap[0]
+            if armed.armed != number:  # moved or stopped since
+                heappop(heap)
+                self._stale -= 1
+            elif at <= now:
+                heappop(heap)
+                armed.armed = 0
+                armed.deadline_passed()  # (may arm again: pushes, and may set the timer)
+            else:
+                break
+        if heap and heap[0][0] < self._timer_at:
+            self._set(heap[0][0], asyncio.get_running_loop())
 
 
 class Renewal:
@@ -58,8 +152,8 @@ class Renewal:
         "_callbacks",
         "_event",
         "_renewer",
-        "_timer",
         "active",
+        "armed",
         "due",
         "give_up_at",
         "hold",
@@ -78,7 +172,8 @@ class Renewal:
         self.last_error: BaseException | None = None
         self._callbacks: list[Callable[[], object]] = []
         self._event: asyncio.Event | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        #: The number of our latest deadline's entry in the renewer's Deadlines (0: none).
+        self.armed = 0
         self.hold_until = hold.deadline(now)
         self.due = self.give_up_at = now
         self._schedule(hold.ttl)  # sets due and give_up_at, arms the timer
@@ -94,7 +189,7 @@ class Renewal:
         the name).
         """
         if self._renewer.clock() >= min(self.give_up_at, self.hold_until):
-            self._deadline()
+            self.deadline_passed()
             return
         self._schedule(ttl)
         self._renewer.rescheduled(self)
@@ -121,16 +216,10 @@ class Renewal:
         self._arm()
 
     def _arm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        if not self.active:
-            return
-        deadline = min(self.give_up_at, self.hold_until)
-        delay = deadline - self._renewer.clock()
-        self._timer = asyncio.get_running_loop().call_later(max(0.0, delay), self._deadline)
+        if self.active:
+            self._renewer.deadlines.arm(self, min(self.give_up_at, self.hold_until))
 
-    def _deadline(self) -> None:
-        self._timer = None
+    def deadline_passed(self) -> None:
         now = self._renewer.clock()
         if now >= self.hold_until:
             self.declare_lost("max_hold reached", None)
@@ -143,11 +232,9 @@ class Renewal:
 
     def stop(self) -> None:
         """Stop renewing (the lock was released or dropped); idempotent."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         if self.active:
             self.active = False
+            self._renewer.deadlines.disarm(self)
             self._renewer.discard(self)
 
     def on_lost(self, callback: Callable[[], object]) -> None:
@@ -200,12 +287,16 @@ class Renewer:
         self._quorum = quorum
         self.clock = quorum.clock
         self.emit = emit
+        #: Every renewal's deadline, on one loop timer.
+        self.deadlines = Deadlines(self.clock)
         #: A lost lock is not held here any more: its late grants go back (_waiting/grants.py).
         self.forget = forget
         self._renewals: dict[Renewal, None] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        # When the task wakes next (see _sleep), and the timer that wakes it.
         self._sleep_until = math.inf
+        self._alarm: asyncio.TimerHandle | None = None
         self._closed = False
 
     def __len__(self) -> int:
@@ -233,9 +324,23 @@ class Renewer:
         return renewal
 
     def rescheduled(self, renewal: Renewal) -> None:
-        """``renewal`` may now be due before the task's next wake-up: wake it."""
+        """``renewal`` may now be due before the task's next wake-up: wake it then."""
         if renewal.due < self._sleep_until:
             self._wake.set()
+
+    def _sleep(self, until: float) -> None:
+        """Wake the task at ``until`` (``math.inf``: when a renewal starts).
+
+        One timer, moved only when a renewal is due sooner than it: a lock that is
+        acquired and released between two of the task's wake-ups costs it nothing.
+        """
+        self._sleep_until = until
+        if self._alarm is not None:
+            self._alarm.cancel()
+            self._alarm = None
+        if until < math.inf:
+            delay = max(0.0, until - self.clock())
+            self._alarm = asyncio.get_running_loop().call_later(delay, self._wake.set)
 
     def discard(self, renewal: Renewal) -> None:
         """Forget ``renewal``; the task sleeps on until its next event anyway."""
@@ -244,6 +349,7 @@ class Renewer:
     async def aclose(self) -> None:
         """Stop the background task and every renewal's deadline timer."""
         self._closed = True
+        self._sleep(math.inf)
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -251,6 +357,7 @@ class Renewer:
                 await task
         for renewal in list(self._renewals):
             renewal.stop()
+        self.deadlines.close()
 
     async def _run(self) -> None:
         clock = self.clock
