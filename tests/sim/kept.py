@@ -95,6 +95,12 @@ REGRESSIONS: list[tuple[int | str, list[int] | None, str]] = [
         [0, 1, 2, 4, 5, 7, 8, 9, 10, 11, 12, 14, 15, 16, 17, 24, 25, 27, 28, 30],
         "a head slept toward the holder's expiry while no node had its subscription (fixed)",
     ),
+    (
+        "v2:84779656823625",
+        [1, 2, 3],
+        "checker: a head took the lock by its process's handoff as its subscription came "
+        "back, and was counted as not woken",
+    ),
 ]
 
 #: What the search found on its own with a named mutant of tests/mutants.py applied (a

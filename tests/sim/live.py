@@ -100,7 +100,8 @@ IDLE_LIMIT = 0.6
 #: attempt has failed and its process has joined the line (a round trip, under a
 #: millisecond without faults).
 JOINED_AFTER = 0.01
-#: A name's turn queue on the nodes (see Liveness.in_line).
+#: A name's key, and its turn queue, on the nodes (see Liveness.in_line).
+KEY = b"aiolock:{%s}"
 TURNS = b"aiolock:{%s}:turns"
 #: The most holdings of a name in a row by one process while another waits: its turn and
 #: 4 handoffs, and 2 more for the handoffs that may follow before the holder's process
@@ -221,6 +222,8 @@ class Liveness:
         waited (else it took the lock at its first try)."""
         if self.sleeps is not None:
             self.sleeps.excused(name, process)
+        if self.world.subs is not None:
+            self.world.subs.took(process, KEY % name.encode())
         if not self._active():
             return
         now = self.world.now

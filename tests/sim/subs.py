@@ -29,7 +29,9 @@ subscriptions and turns, read on the wire:
   connection to a node dropped while it listened there for the name's releases, once
   the new connection's confirmation of that subscription reaches it, has its first
   waiter try again (a script on the name's key) within :data:`WOKEN_WITHIN`, unless
-  it leaves the line, hears a grant, or stops listening meanwhile. (Not woken, the
+  it leaves the line, hears a grant, stops listening, or takes the name meanwhile (a
+  task of its own took it, a handoff within the process too: its head is served, and
+  whoever queues behind waits for that holder's release). (Not woken, the
   head sleeps on the PTTL its last attempt read, while the release it missed named
   its process: the others take the name after the fallback.)
 
@@ -337,6 +339,11 @@ class Subscriptions:
             self.named.pop((member, lock), None)
             self.granted[(member, lock)] = self.world.now
             self.wake_due.pop((member, lock), None)
+
+    def took(self, process: int, lock: bytes) -> None:
+        """A task of ``process`` took ``lock``: no head of its waits to be woken."""
+        for due in [d for d in self.wake_due if d[1] == lock and self.members.get(d[0]) == process]:
+            del self.wake_due[due]
 
     def _left(self, process: int, lock: bytes, member: bytes) -> None:
         """Manager ``member`` of ``process`` wrote its ``TURN_LEAVE`` for ``lock``."""
