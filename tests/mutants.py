@@ -338,11 +338,22 @@ MUTANTS = [
     Mutant(
         "a head that cannot hear a release yet sleeps toward the holder's expiry",
         "waiting.py",
-        "sleep = min(sleep, FALLBACK)",
-        "sleep = sleep",
+        "with anyio.move_on_after(min(sleep, FALLBACK) if deaf else sleep):",
+        "with anyio.move_on_after(sleep):",
         (
             "tests/test_waiting.py::"
             "test_a_waiter_whose_subscriptions_are_not_confirmed_tries_at_the_fallback",
+        ),
+    ),
+    Mutant(
+        "a head that cannot hear a release yet polls at once after its process gave way",
+        "queue.py",
+        "        if self.unconfirmed:\n"
+        "            return self.gave_way + _turns.FALLBACK - clock()\n",
+        "",
+        (
+            "tests/unit/test_queue.py::"
+            "test_a_deaf_head_whose_process_gave_way_holds_back_until_the_fallback",
         ),
     ),
     Mutant(

@@ -179,14 +179,20 @@ class Queue:
     def holding_back(self, clock: Callable[[], float]) -> float:
         """How much longer a head that polls waits before it tries (0: it may try).
 
-        After a release of ours named another process: that process polls too,
-        hearing no release, and must have had one poll first (else our head, its poll
-        due just then, would beat it at every streak's end). ``clock`` is read only
-        then: not once per attempt.
+        After a release of ours named another process: where pub/sub is refused, that
+        process polls too, hearing no release, and must have had one poll first (else
+        our head, its poll due just then, would beat it at every streak's end). A head
+        that polls because it may not hear a release yet (see deaf) tries no sooner
+        than the fallback after our release, as one that missed a release does (see
+        missed_release). ``clock`` is read only then: not once per attempt.
         """
-        if self.gave_way is None or not self.polling():
+        if self.gave_way is None:
             return 0.0
-        return self.gave_way + GAVE_WAY_POLL - clock()
+        if self.polling():
+            return self.gave_way + GAVE_WAY_POLL - clock()
+        if self.unconfirmed:
+            return self.gave_way + _turns.FALLBACK - clock()
+        return 0.0
 
 
 class Streaks:

@@ -323,8 +323,7 @@ class Waiting:
             sleep = self._sleep(wait)
             if sleep is None:
                 return None
-            with anyio.move_on_after(sleep):
-                await wait.queue.wake.wait()
+            await self._doze(wait.queue, sleep)
 
     async def _next_outcome(self, wait: _Wait, attempt: Callable[[], Awaitable[_A]]) -> _A | None:
         """A handoff's outcome if a release claimed the head's offer, else its own attempt.
@@ -390,9 +389,24 @@ class Waiting:
         sleep = UNKNOWN_HOLDER_WAIT if hint is None else hint + EXPIRY_SLACK
         if wait.queue.polling():
             sleep = min(sleep, POLL_INTERVAL)  # a release may go unheard
-        elif wait.queue.deaf():
-            sleep = min(sleep, FALLBACK)  # a release may go unheard until then
         return min(left, sleep * random.uniform(1.0, 1.1))
+
+    async def _doze(self, queue: Queue, sleep: float) -> None:
+        """Sleep ``sleep`` seconds unless woken.
+
+        While a release may go unheard (a node has yet to confirm our subscription:
+        see Queue.deaf), no longer than the fallback at a time. A confirmation wakes
+        the head itself (Queue.missed_release): once every node has confirmed, the
+        sleep goes on to its end.
+        """
+        end = self._clock() + sleep
+        while True:
+            deaf = queue.deaf()
+            with anyio.move_on_after(min(sleep, FALLBACK) if deaf else sleep):
+                await queue.wake.wait()
+            sleep = end - self._clock()
+            if queue.wake.is_set() or sleep <= 0 or queue.deaf():
+                return
 
     def _won(self, wait: _Wait, result: Outcome, *, exclusive: bool) -> None:
         """The head acquired: its turn and offer are used, the next waiter's turn set."""

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from aiolock._waiting.queue import Queue
 
 CHANNEL = b"aiolock:{n}:released"
@@ -67,3 +69,18 @@ async def test_a_confirmation_after_our_process_gave_way_wakes_the_head_only_lat
     await asyncio.sleep(0)
     assert not queue.wake.is_set()  # what it missed came before ours: the fallback
     assert not queue.deaf()
+
+
+async def test_a_deaf_head_whose_process_gave_way_holds_back_until_the_fallback() -> None:
+    """A head that may not hear a release yet polls at the fallback; after a release of
+    ours named another process, its poll must let that process go first: no sooner
+    than the fallback after our release, as a head that missed a release (found by the
+    simulation: seed v2:32386808113564, a poll 0.42 s after the release)."""
+    queue = Queue((CHANNEL,), [])
+    now = 100.0
+    queue.gave_way = now
+    assert queue.holding_back(lambda: now) == 0.0  # hears the release: no need
+    queue.confirmed_late(asyncio.get_running_loop().create_future())
+    assert queue.deaf()
+    assert queue.holding_back(lambda: now + 0.1) == pytest.approx(0.4)
+    assert queue.holding_back(lambda: now + 0.6) < 0.0
