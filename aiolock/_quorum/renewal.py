@@ -294,9 +294,7 @@ class Renewer:
         self._renewals: dict[Renewal, None] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        # When the task wakes next (see _sleep), and the timer that wakes it.
         self._sleep_until = math.inf
-        self._alarm: asyncio.TimerHandle | None = None
         self._closed = False
 
     def __len__(self) -> int:
@@ -324,23 +322,9 @@ class Renewer:
         return renewal
 
     def rescheduled(self, renewal: Renewal) -> None:
-        """``renewal`` may now be due before the task's next wake-up: wake it then."""
+        """``renewal`` may now be due before the task's next wake-up: wake it."""
         if renewal.due < self._sleep_until:
             self._wake.set()
-
-    def _sleep(self, until: float) -> None:
-        """Wake the task at ``until`` (``math.inf``: when a renewal starts).
-
-        One timer, moved only when a renewal is due sooner than it: a lock that is
-        acquired and released between two of the task's wake-ups costs it nothing.
-        """
-        self._sleep_until = until
-        if self._alarm is not None:
-            self._alarm.cancel()
-            self._alarm = None
-        if until < math.inf:
-            delay = max(0.0, until - self.clock())
-            self._alarm = asyncio.get_running_loop().call_later(delay, self._wake.set)
 
     def discard(self, renewal: Renewal) -> None:
         """Forget ``renewal``; the task sleeps on until its next event anyway."""
@@ -349,7 +333,6 @@ class Renewer:
     async def aclose(self) -> None:
         """Stop the background task and every renewal's deadline timer."""
         self._closed = True
-        self._sleep(math.inf)
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
