@@ -415,11 +415,23 @@ MUTANTS = [
     Mutant(
         "a head that takes over as its process gives way tries at once",
         "waiting.py",
-        "elif queue.gave_way is not None:",
-        "elif False:",
+        "wait_first = wait.hint is not None or wait.queue.gave_way is not None",
+        "wait_first = wait.hint is not None",
         (
             "tests/turns/test_heads.py::"
             "test_a_head_that_leaves_as_its_process_gives_way_does_not_beat_the_process_named",
+            "tests/turns/test_heads.py::"
+            "test_a_head_still_subscribing_as_its_process_gives_way_does_not_beat_the_process_named",
+        ),
+    ),
+    Mutant(
+        "a release heard before the head is in line wakes it though its process gave way",
+        "queue.py",
+        "ours = bool(message) and self.entry is None and self.gave_way is not None",
+        "ours = False",
+        (
+            "tests/turns/test_heads.py::"
+            "test_a_head_still_subscribing_as_its_process_gives_way_does_not_beat_the_process_named",
         ),
     ),
     Mutant(
@@ -1003,8 +1015,9 @@ MUTANTS = [
     Mutant(
         "a shortening heard after its process gave way wakes the head at once",
         "queue.py",
-        "        if message == SHORTENED:\n            self._wake_unless_given_way()\n",
-        "        if message == SHORTENED:\n            self.wake.set()\n",
+        "        if message == SHORTENED or ours:\n            self._wake_unless_given_way()\n",
+        "        if ours:\n            self._wake_unless_given_way()\n"
+        "        elif message == SHORTENED:\n            self.wake.set()\n",
         (
             "tests/turns/test_heads.py::"
             "test_a_shortening_heard_after_its_process_gives_way_does_not_wake_the_head",

@@ -159,8 +159,11 @@ class Queue:
         likely came before our release (an ``extend()`` of ours, heard on the pub/sub
         connection after our release went out on the other: seed 140737492368453). The
         process named may have shortened it since: that costs the head the fallback.
+        So does a release that names a process while we are not in line yet (the head
+        still subscribing): after ours gave way, it is ours, naming another.
         """
-        if message == SHORTENED:
+        ours = bool(message) and self.entry is None and self.gave_way is not None
+        if message == SHORTENED or ours:
             self._wake_unless_given_way()
         elif self.entry is None or self.entry.heard(message):
             self.wake.set()

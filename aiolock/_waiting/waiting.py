@@ -308,8 +308,12 @@ class Waiting:
         """The head's loop: a handoff or an attempt, then sleep until woken, until decided.
 
         Returns the outcome that acquired or showed an outage, or ``None`` at the deadline.
+        A head waits first while a lock of ours is held (a ``hint``), and after a release
+        of ours named another process (``gave_way``): trying at once, its attempt would
+        follow that release on every connection and win, before the process named heard
+        of its turn.
         """
-        wait_first = wait.hint is not None
+        wait_first = wait.hint is not None or wait.queue.gave_way is not None
         while True:
             if wait_first:
                 wait_first = False
@@ -434,8 +438,6 @@ class Waiting:
                 if taken is not None:
                     # Wake-ups so far announced the release we just profited from.
                     queue.wake.clear()
-                elif queue.gave_way is not None:  # (our release named another: let it)
-                    taken = UNKNOWN_HOLDER_WAIT
                 queue.entries[0].set_result(taken)
             return
         self._close(key, queue)

@@ -119,6 +119,12 @@ REGRESSIONS: list[tuple[int | str, list[int] | None, str]] = [
         "caught a subscription confirmed by the reply to the one before until the sleep of "
         "a head that could not hear went on after the confirmations",
     ),
+    (
+        140737492368453,
+        [],
+        "caught a shortening heard after its process gave way until a head still "
+        "subscribing as its process gave way waited first",
+    ),
 ]
 
 #: What the search found on its own with a named mutant of tests/mutants.py applied (a
@@ -433,9 +439,9 @@ CAUGHT: list[tuple[str, int | str, list[int], str]] = [
     ),
     (
         "a shortening heard after its process gave way wakes the head at once",
-        140737492368453,
+        "v2:1333526161",
         [],
-        "streak",
+        "the turn given goes first",
     ),
     (
         "a waiter whose attempt split the vote tries again at once",

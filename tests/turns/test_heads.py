@@ -117,6 +117,46 @@ async def test_a_head_that_leaves_as_its_process_gives_way_does_not_beat_the_pro
         await behind.release()
 
 
+@pytest.mark.usefixtures("naming_only", "giving_way")
+async def test_a_head_still_subscribing_as_its_process_gives_way_does_not_beat_the_process_named(
+    urls: list[str], clients: list[redis.Redis], name: str
+) -> None:
+    # Found by the simulation's streak rule (seed 35184372089874, no fault, on a trial of
+    # the renewer). The first waiter of a process was still subscribing when its
+    # process's release, at the streak's end, named another process. Its subscription
+    # in place, the head tried at once: its attempt followed the release on every
+    # connection and won, before the process named had heard it was its turn.
+    async with LockManager(urls) as busy, LockManager(urls) as other:
+        holder = busy.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        named = other.lock(name, ttl=30, auto_renew=False)
+        named_waits = asyncio.create_task(named.acquire(timeout=20))
+        await in_line(clients, name, 1)
+        waiting = seam.engine(busy).waiting
+        subscribe = waiting._subscribe
+        subscribing, gate = asyncio.Event(), asyncio.Event()
+
+        async def slow_subscribe(queue: Any, grants: bytes | None) -> None:
+            await subscribe(queue, grants)
+            subscribing.set()
+            await gate.wait()  # the release comes here
+
+        waiting._subscribe = slow_subscribe  # type: ignore[method-assign]
+        head = busy.lock(name, ttl=30, auto_renew=False)
+        head_waits = asyncio.create_task(head.acquire(timeout=20))
+        await asyncio.wait_for(subscribing.wait(), 20)
+        # The process named hears its turn 10 ms late (a network further away): a head
+        # that tries as its subscription is in wins (without the delay: a race).
+        _hears_late(other, 0.01)
+        await holder.release()  # names the other process
+        gate.set()
+        # The process named takes the lock (on the old code the head took it).
+        await _named_first(named_waits, head_waits, "the head took the lock first")
+        await named.release()
+        assert await asyncio.wait_for(head_waits, 20)
+        await head.release()
+
+
 @pytest.mark.usefixtures("naming_only")
 async def test_a_named_process_that_holds_past_the_fallback_stays_in_line(
     urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
