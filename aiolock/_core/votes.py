@@ -412,19 +412,19 @@ def split_pause(outcome: object, took: float, before: int = 0) -> float:
 
     An attempt that split the vote (:attr:`Attempt.split`) woke every waiter with its
     clean-up, and so did its rivals': tried again at once, each would take the same
-    nodes first again (each nearer its own, as in the simulation's seed
-    140737491357076: three processes split three free nodes of five, a few thousand
-    scripts a second, for as long as a stale key held the other two). Redlock's remedy:
+    nodes first again (each nearer its own: three processes can split three free
+    nodes of five, a few thousand scripts a second, for as long as a stale key holds
+    the other two). Redlock's remedy:
     try again after a random pause, here up to :data:`SPLIT_PAUSE` times the attempt's
     own duration ``took`` (its round trips, clean-up included), so that the first to
     try again takes every free node before the others' attempts arrive.
 
     ``before``: the split votes of the same wait before this one; each doubles the
-    pause's bound, up to :data:`SPLIT_PAUSE_LONGEST`. Where nobody can win (seed
-    9007199254741396: a stale key on 2 nodes of 5, a third quarantined), every attempt
-    splits the vote, and each clean-up's message woke the rival at once: two waiters
-    tried about 500 times a second each for as long as the key or the quarantine
-    lasted. An exponential backoff, as a shared medium's.
+    pause's bound, up to :data:`SPLIT_PAUSE_LONGEST`. Where nobody can win (a stale
+    key on 2 nodes of 5, a third quarantined), every attempt splits the vote, and each
+    clean-up's message wakes the rival at once: without the backoff two waiters try
+    about 500 times a second each for as long as the key or the quarantine lasts. An
+    exponential backoff, as a shared medium's.
     """
     if isinstance(outcome, Attempt) and outcome.split:
         bound = SPLIT_PAUSE * took * 2.0 ** min(before, 30)

@@ -269,7 +269,7 @@ class Lock(BaseHandle):
                 f"{self._what} was not held any more on a majority of nodes (taken over or deleted)"
             )
             if self._renewal is not None and self._hold is hold:  # the body is told, even
-                # if a deadline of the caller's swallows ``gone`` (seed 17592226047226)
+                # if a deadline of the caller's swallows ``gone``
                 self._renewal.declare_lost("the key is gone or held by another token", gone)
             await self._abandon()
             raise gone

@@ -185,7 +185,7 @@ class Node(ReplyReader):
         """
         if script.sha not in self._loaded:
             self._loaded.add(script.sha)
-            if self._transport is None:  # (seed 140737490355870: else NOSCRIPT, out of order)
+            if self._transport is None:  # (loaded first on connect: else NOSCRIPT)
                 self._loads_due.append(script)
             load = (b"SCRIPT", b"LOAD", script.source)
             self._send(pack(load), ignore, None, load)
@@ -298,7 +298,7 @@ class Node(ReplyReader):
         transport.write(pack(_INFO_SERVER))
         self._pending.append((self._on_info, None, _INFO_SERVER, now))
         # The scripts next, before any EVALSHA: those first used while down too, and those
-        # of EVALSHAs queued as a reset lost their load (seed 18014428509482168).
+        # of EVALSHAs queued as a reset lost their load.
         lost = [q[2] for q in self._queued if q[2] is not None and q[2].sha not in self._loaded]
         self._loaded.update(script.sha for script in lost)
         loads, self._loads_due = (*self._scripts, *self._loads_due, *lost), []

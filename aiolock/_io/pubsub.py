@@ -283,8 +283,7 @@ class Subscriber(ReplyReader):
         (a queue that empties and fills at once) is answered before the node has read
         the ``UNSUBSCRIBE`` and the new ``SUBSCRIBE``. Taken for the new one's, it said
         subscribed while the node was about to drop the channel: the waiters' process
-        offered firmly to take the lock, and a grant to it went unheard (the
-        simulation's seed 2251799813703477).
+        offered firmly to take the lock, and a grant to it went unheard.
         """
         owed = self._owed.pop(channel, 0)
         if owed > 1:

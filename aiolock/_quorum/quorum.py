@@ -399,7 +399,7 @@ class Quorum:
         # connection with acquires and releases (see _engine.py), which then wait for
         # one chunk at most, not the whole batch. A chunk sent later is applied later:
         # validity counted from ``start`` only errs short. (Each takes a round trip: the
-        # budget is per chunk; for the batch, later chunks failed: seed 70369244182651.)
+        # budget is per chunk: for the batch, later chunks would fail.)
         def send(ni: int, node: NodeLike, k: int) -> None:
             lo, hi = chunks[k]
 

@@ -200,8 +200,8 @@ class Grants:
         ``Quorum.acquire``): the grants there are undone. Those nodes are the ones
         where the clean-up deleted the token, or may have (``Attempt.cleaned``): not
         the ones whose verdict is unknown now (a node's "held" that came after the
-        decision, while the clean-up was on its way, is in the votes too: issue 32,
-        seed 200016431), and not those where it deleted nothing (any grant of the
+        decision, while the clean-up was on its way, is in the votes too), and not
+        those where it deleted nothing (any grant of the
         token there came after it, and stands).
         """
         if isinstance(outcome, Attempt) and outcome.expires_at is None:

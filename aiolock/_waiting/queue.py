@@ -91,13 +91,13 @@ class Queue:
         """A pub/sub connection dropped (or refused us): a message may have been lost.
 
         A release: the head tries again; or a grant to us, which a node that has our
-        subscription no more undoes, taking us out of line, telling nobody (seed
-        281474983711000): our entry joins again (not where we poll: no offer). Until
+        subscription no more undoes, taking us out of line, telling nobody: our
+        entry joins again (not where we poll: no offer). Until
         the new connection confirms our subscriptions, a release or a grant to us goes
         unheard too: the confirmations of ours on the release channels wake the head,
         and ours to the grants (``grants``, on each of ``subscribers``) make our offer
-        tentative until every node has confirmed again (seed 281474985869760: firm, its
-        grant unheard took us out of line again, until our refresh).
+        tentative until every node has confirmed again (firm, a grant unheard would
+        take us out of line again, until our refresh).
         """
         self.missed_release()
         if self.subscribed:
@@ -142,11 +142,11 @@ class Queue:
 
         A node confirmed a subscription after the attempt that followed it, or a
         pub/sub connection went down (or refused us): the head tries again now (not at
-        the holder's expiry). Unless a release of ours gave way since (seed
-        17592266044573): what the head missed came before ours, which took the lock
+        the holder's expiry). Unless a release of ours gave way since: what the head
+        missed came before ours, which took the lock
         after it and names another process, which goes first (a head trying now would
         follow our release on every connection, and win; where pub/sub is refused, a
-        refusal just after our release woke it so: seed 70368841183464). The head then
+        refusal just after our release would wake it so). The head then
         tries at the fallback, as the others do that hear ours (should it go unheard).
         """
         self._wake_unless_given_way()
@@ -157,7 +157,7 @@ class Queue:
         A shortening ``extend()`` wakes the head to learn the new PTTL; as for a missed
         release, not at once after a release of ours gave way: heard then, it most
         likely came before our release (an ``extend()`` of ours, heard on the pub/sub
-        connection after our release went out on the other: seed 140737492368453). The
+        connection after our release went out on the other). The
         process named may have shortened it since: that costs the head the fallback.
         So does a release that names a process while we are not in line yet (the head
         still subscribing): after ours gave way, it is ours, naming another.
@@ -230,8 +230,7 @@ class Streaks:
 
         The handoff's taker wakes (and leaves the queue, if it was the last waiter)
         before the handoff's replies are read: without this, a streak that began
-        alone would run to ``LONE_STREAK`` though others have joined the line since
-        (the simulation's streak rule, seed 139912374606).
+        alone would run to ``LONE_STREAK`` though others have joined the line since.
         """
         kept = self._kept.get(key)
         if kept is not None:

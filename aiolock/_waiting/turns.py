@@ -189,8 +189,7 @@ class TurnEntry:
 
         Our subscription to the grants goes out before our first attempt, but a node
         may not have it yet when we offer: a grant published before it is in place is
-        heard by nobody, and would take us out of line as if we were gone (seed
-        17592196048300).
+        heard by nobody, and would take us out of line as if we were gone.
         """
         tentative = not self._offer_is_firm()
         offer = self._turns.offer(self._key, self._head(), tentative=tentative)
@@ -224,8 +223,8 @@ class TurnEntry:
 
         Our head offered before the refusals of its subscriptions came back: a grant
         to that offer is heard by nobody, undone, and takes us out of line, and the
-        other processes' handoffs then find nobody else waiting (a lone streak: seed
-        17592186151447). Called before each attempt of a head that polls.
+        other processes' handoffs then find nobody else waiting (a lone streak).
+        Called before each attempt of a head that polls.
         """
         if self.offering and self._head() is None:
             self._send_join()
@@ -270,7 +269,7 @@ class TurnEntry:
         ``TURN_LEAVE`` told us (:data:`TAKEN_OUT`) while we wait, and our next refresh
         may be far. Our turn may have been used: a holder of ours kept the lock until
         it expired just before the other's fallback, and out of line, the next
-        holder's handoffs found nobody else waiting (seed 35184372089874). A late or
+        holder's handoffs found nobody else waiting. A late or
         repeated message costs one refresh of our entry; after we left, nothing. Also
         called when a pub/sub connection of ours drops: a grant to us that no node
         could tell us of takes us out without a word (Waiting._on_reset); and

@@ -142,7 +142,7 @@ class Waiting:
         Woken now, the local head's acquire follows the release on every node's connection and
         always wins: other processes would never get the lock while this one has waiters. So
         after ``LOCAL_STREAK`` local handoffs in a row the local head is not woken early, and a
-        wake-up it had (heard during its attempt, before this release: seed 17592286046564) is
+        wake-up it had (heard during its attempt, before this release) is
         dropped: it learns of the release from pub/sub, like the waiters of every other process,
         whose turn goes first.
 
@@ -154,7 +154,7 @@ class Waiting:
         out a lone streak). A streak survives the queue emptying while the lock stays here
         (``Streaks``), and the release of a hold that expired (``valid=False``: it may release
         nothing, the lock taken since by another task of ours), which after we gave way wakes
-        nobody (seed 70368841183464). ``pass_on``: the caller can pass the lock on in one script
+        nobody. ``pass_on``: the caller can pass the lock on in one script
         (a plain lock); when the head sleeps, it is claimed and returned.
         """
         queue = self._queues.get(key)
@@ -467,7 +467,7 @@ class Waiting:
         queue.hear_grants(grant_channel(key, self._turns.member), self._subscribers)
 
         def head() -> Taker | None:  # (read at each offer: a refusal may come after we
-            # joined, and a grant nobody can hear takes us out of line: seed 4398046823285)
+            # joined, and a grant nobody can hear takes us out of line)
             polling = queue.polling()
             return queue.takers.get(queue.entries[0]) if queue.entries and not polling else None
 
