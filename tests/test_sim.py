@@ -557,6 +557,32 @@ def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
     assert f"{count} schedules" in out.stdout
 
 
+def test_fencing_is_judged_in_acquisition_order_and_overlaps_apart() -> None:
+    """Tokens must increase from any holding to every one that began after it ended;
+    between two that overlap (exclusion broken) the nodes' order is unknown, and a
+    token that does not increase is reported apart (advisory where a clock steps)."""
+    from tests.sim.check import check_exclusion
+    from tests.sim.run import BINDING
+    from tests.sim.workload import Holding
+
+    def held(token: int, owner: str, start: float, end: float) -> Holding:
+        return Holding(("lock", "a"), "x", token, token, owner, 1.0, False, [(start, 0), (end, 0)])
+
+    overlapping = [held(385, "p1t0", 0.0, 2.0), held(299, "p0t0", 0.1, 0.5)]
+    (problem,) = check_exclusion(overlapping, faults=False)[:1]
+    assert problem.startswith("fencing, overlapping:")
+    assert not problem.startswith(BINDING)
+    # Not only the one just before: the first began before the second, and ended
+    # before the third, which the overlap in between must not hide.
+    after = [*overlapping, held(300, "p2t0", 3.0, 3.5)]
+    fencing = [p for p in check_exclusion(after, faults=False) if p.startswith("fencing")]
+    assert fencing[0].startswith("fencing, overlapping:")
+    assert fencing[1] == "fencing: ('lock', 'a') token 300 (p2t0) began after 385 (p1t0)"
+    assert fencing[1].startswith(BINDING)
+    in_order = [held(1, "p0t0", 0.0, 1.0), held(2, "p1t0", 1.0, 2.0)]
+    assert check_exclusion(in_order, faults=False) == []
+
+
 def test_kleppmann_a_paused_holder_s_stale_write_is_refused() -> None:
     """Kleppmann's scenario (tests/sim/kept.py, ``SCHEDULES``): a holder paused past
     its ttl between its check and its write, the lock taken and written meanwhile by
