@@ -309,6 +309,19 @@ async def scripts_run(
     return [await evalsha_calls(client) - other for client in clients]
 
 
+async def renewals_run(clients: list[redis.Redis]) -> list[int]:
+    """The requests each node has run since its last ``CONFIG RESETSTAT`` in a window in
+    which only renewals run: scripts, and ``SET`` (a renewal of one lock is
+    ``SET ... IFEQ`` where the server has it). Where other scripts run too, the ``SET``
+    calls inside them count as well: use :func:`scripts_run` there."""
+    counts = []
+    for client in clients:
+        stats = await client.info("commandstats")
+        set_calls = int(stats.get("cmdstat_set", {}).get("calls", 0))
+        counts.append(await evalsha_calls(client) + set_calls)
+    return counts
+
+
 async def elsewhere(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` in a task of its own: another holder than the test's task.
 

@@ -62,6 +62,8 @@ class ModelNode:
     def call(self, args: tuple[bytes, ...], callback: Callback) -> None:  # pragma: no cover
         raise AssertionError("aiolock sends scripts only")
 
+    set_ifeq = False
+
     def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None:
         loop = asyncio.get_running_loop()
         if self.down:

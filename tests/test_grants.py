@@ -317,6 +317,8 @@ class _Node:
     def __init__(self) -> None:
         self.calls: list[tuple[bytes, tuple[bytes, ...]]] = []
 
+    set_ifeq = False
+
     def call_script(self, script: Script, args: tuple[bytes, ...], _callback: Any) -> None:
         self.calls.append((script.sha, args))
 

@@ -14,12 +14,13 @@ import pytest
 import redis.asyncio as redis
 
 import aiolock._core.batch
+import aiolock._io.node
 from aiolock import LockLost, LockManager, LockNotOwned, QuorumError
 from aiolock._quorum.renewal import Renewal
 from aiolock.testing import Server, Servers
 
 from . import seam
-from .conftest import key, scripts_run
+from .conftest import key, renewals_run
 from .faults import Mode, proxies
 
 
@@ -48,7 +49,7 @@ async def test_short_ttl_lock_stays_held_for_long_body(
         assert lock.lost is None
         # Renewed about every ttl / 3 (7.5 times here), not every retry interval as if
         # each renewal had failed.
-        assert all(n <= body / (ttl / 3) * 1.6 + 1 for n in await scripts_run(clients))
+        assert all(n <= body / (ttl / 3) * 1.6 + 1 for n in await renewals_run(clients))
     assert not lock.owned
 
 
@@ -101,6 +102,49 @@ async def test_key_taken_over_is_lost(
                 await client.set(key(name), b"thief", px=5000)
             await asyncio.sleep(10)
     # The thief's key is left alone.
+    assert [await c.get(key(name)) for c in clients] == [b"thief"] * 5
+
+
+def _has_set_ifeq(info: dict[str, Any]) -> bool:
+    """Valkey from 8.1, Redis from 8.4 (their release notes): ``SET ... IFEQ``."""
+    if info.get("server_name") == "valkey":
+        return tuple(map(int, str(info["valkey_version"]).split("."))) >= (8, 1)
+    return tuple(map(int, str(info["redis_version"]).split("."))) >= (8, 4)
+
+
+@pytest.mark.parametrize("detected", [True, False], ids=["as-the-server-says", "detection-off"])
+async def test_one_lock_is_renewed_by_set_ifeq_where_the_server_has_it_else_by_the_script(
+    urls: list[str],
+    clients: list[redis.Redis],
+    name: str,
+    monkeypatch: pytest.MonkeyPatch,
+    detected: bool,
+) -> None:
+    # Where the server has SET ... IFEQ (Valkey 8.1, Redis 8.4: told by its INFO on
+    # connect), a renewal of one lock is that command, the same compare-and-set as
+    # EXTEND_MANY's without a script; elsewhere it is the script. Either way the lock
+    # stays held, and a key taken over is lost.
+    if not detected:
+        monkeypatch.setattr(aiolock._io.node, "has_set_ifeq", lambda _info: False)
+    native = detected and _has_set_ifeq(await clients[0].info("server"))
+    async with LockManager(urls) as locks:
+        lock = locks.lock(name, ttl=0.6)
+        assert await lock.acquire(timeout=5)
+        for client in clients:
+            await client.config_resetstat()
+        await asyncio.sleep(1.2)  # two ttls: renewed every 0.2 s
+        assert lock.owned
+        for client in clients:
+            stats = await client.info("commandstats")
+            sets, scripts = (
+                int(stats.get(f"cmdstat_{verb}", {}).get("calls", 0)) for verb in ("set", "evalsha")
+            )
+            assert (
+                (sets >= 3, scripts) == (True, 0) if native else (sets, scripts >= 3) == (0, True)
+            )
+        for client in clients:
+            await client.set(key(name), b"thief", px=5000)
+        assert "majority" in str(await asyncio.wait_for(lock.wait_lost(), 5))
     assert [await c.get(key(name)) for c in clients] == [b"thief"] * 5
 
 
@@ -395,7 +439,7 @@ async def test_a_failing_renewal_retries_every_retry_interval_not_in_a_loop(
         for client in healthy:
             await client.config_resetstat()
         await asyncio.sleep(2.0)  # renewals due at 1 s (ttl / 3), then 1.3, 1.6, 1.9 s
-        tries = await scripts_run(healthy)
+        tries = await renewals_run(healthy)
         # (At least 3, 4 measured: a pace of half the time left, as if retry_interval
         # were long, makes 2 tries in these 2 s: at 1 s and about 1.9 s.)
         assert all(3 <= n <= 8 for n in tries), tries

@@ -128,3 +128,27 @@ def chunk_args(items: Sequence[tuple[bytes, bytes, float]], lo: int, hi: int) ->
         args.append(token)
         args.append(b"%d" % milliseconds(ttl))
     return tuple(args)
+
+
+def extend_one(item: tuple[bytes, bytes, float]) -> tuple[bytes, ...]:
+    """One lock's renewal, ``(key, token, ttl)``, as ``SET key token IFEQ token PX ms``.
+
+    Where the server has it (Valkey 8.1, Redis 8.4), this does what ``EXTEND_MANY``
+    does for one lock, without a script: the expiry is reset only while the key holds
+    the token, and a missing key is not created.
+    """
+    key, token, ttl = item
+    return (b"SET", key, token, b"IFEQ", token, b"PX", b"%d" % milliseconds(ttl))
+
+
+def as_extended(reply: Any) -> Any:
+    """:func:`extend_one`'s reply as ``EXTEND_MANY``'s: ``[1]`` reset, ``[0]`` not.
+
+    ``[0]`` too for a key of another type (the script's ``pcall`` says 0 there); any
+    other error or failure is returned as it is: the node failed.
+    """
+    if reply is None or (isinstance(reply, Exception) and str(reply).startswith("WRONGTYPE")):
+        return [0]
+    if reply == b"OK":
+        return [1]
+    return reply if isinstance(reply, BaseException) else TypeError(repr(reply))

@@ -59,6 +59,9 @@ class NodeLike(Protocol):
 
     def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None: ...
 
+    #: Whether the server has ``SET ... IFEQ`` (see :meth:`Quorum.extend_many`).
+    set_ifeq: bool
+
 
 def quorum_size(n: int) -> int:
     """The number of nodes that must agree: a strict majority."""

@@ -125,6 +125,8 @@ class ClusterNode:
         #: Releases use SPUBLISH and waiters SSUBSCRIBE: every master heard from so
         #: far runs Redis 7.0+ or Valkey (``None``: none was heard from yet).
         self.sharded_pubsub: bool | None = None
+        #: Renewals stay scripts on a cluster (see Node.set_ifeq).
+        self.set_ifeq = False
 
     def __repr__(self) -> str:
         return f"<ClusterNode {self.name} masters={len(set(self._slots) - {None})}>"

@@ -43,6 +43,7 @@ from .protocol import (
     ReplyProtocol,
     ReplyReader,
     as_connection_error,
+    has_set_ifeq,
     pack,
     parse_info,
     parse_version,
@@ -137,6 +138,9 @@ class Node(ReplyReader):
         self._last_run_id: bytes | None = None
         #: The server's ``redis_version`` (Valkey's: the Redis it matches), e.g. ``(7, 2)``.
         self.server_version: tuple[int, ...] | None = None
+        #: Whether the server on this connection has ``SET ... IFEQ`` (told by its INFO;
+        #: ``False`` until then): one lock's renewal is then that command, not a script.
+        self.set_ifeq = False
         #: Called with the node when a new connection told who the server is.
         self.on_identity: Callable[[Node], None] | None = None
         self._identified: asyncio.Future[None] | None = None
@@ -294,6 +298,7 @@ class Node(ReplyReader):
         # counted knowing it (same-server check, restart quarantine). Once per connection.
         self.run_id = None
         self._refused = None
+        self.set_ifeq = False  # (until this server's INFO says)
         self._identified = asyncio.get_running_loop().create_future()
         transport.write(pack(_INFO_SERVER))
         self._pending.append((self._on_info, None, _INFO_SERVER, now))
@@ -320,6 +325,7 @@ class Node(ReplyReader):
             fields = parse_info(reply)
             now = time.monotonic()
             self.server_version = version = parse_version(fields.get("redis_version", ""))
+            self.set_ifeq = has_set_ifeq(fields)
             if version is not None and version < OLDEST_SERVER:
                 # Our scripts would fail with a Lua error on every call: say why.
                 self._refused = RedisError(
@@ -394,6 +400,7 @@ class Node(ReplyReader):
     def _reset(self, error: Exception) -> None:
         """Drop the connection and fail every request still waiting for a reply."""
         self._last_error = error
+        self.set_ifeq = False  # (the next server may not have it)
         self._loaded = {script.sha for script in self._scripts}
         self._detach()
         pending, self._pending = self._pending, deque()

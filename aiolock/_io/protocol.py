@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import select
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol, cast
 
 import hiredis
@@ -39,6 +39,7 @@ __all__ = [
     "Sink",
     "as_connection_error",
     "cluster_endpoint",
+    "has_set_ifeq",
     "is_moved",
     "named",
     "pack",
@@ -199,6 +200,19 @@ def parse_info(reply: bytes | str) -> dict[str, str]:
         if sep and not field.startswith("#"):
             fields[field.strip()] = value.strip()
     return fields
+
+
+#: The first version of each server (INFO's ``server_name``; Redis gives none) whose
+#: ``SET`` takes ``IFEQ``: Valkey 8.1, Redis 8.4.
+SET_IFEQ_SINCE: Final = {"valkey": (8, 1), "redis": (8, 4)}
+
+
+def has_set_ifeq(info: Mapping[str, str]) -> bool:
+    """Whether the server whose ``INFO server`` fields are ``info`` has ``SET ... IFEQ``."""
+    server = info.get("server_name", "redis")
+    since = SET_IFEQ_SINCE.get(server)
+    version = parse_version(info.get(f"{server}_version", ""))
+    return since is not None and version is not None and version >= since
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._core.batch import BatchVotes, batch_chunks, chunk_args
+from .._core.batch import BatchVotes, as_extended, batch_chunks, chunk_args, extend_one
 from .._core.calls import Callback, Soon, ignore
 from .._core.cancel import shielded
 from .._core.fencing import fence_retention
@@ -408,7 +408,10 @@ class Quorum:
                 if k + 1 < len(chunks) and not batch.decided():
                     send(ni, node, k + 1)
 
-            node.call_script(EXTEND_MANY_SCRIPT, packed[k], answered)
+            if hi - lo == 1 and node.set_ifeq:  # (one lock: the server's own command)
+                node.call(extend_one(items[lo]), lambda reply: answered(as_extended(reply)))
+            else:
+                node.call_script(EXTEND_MANY_SCRIPT, packed[k], answered)
 
         for ni, node in enumerate(self.nodes):
             send(ni, node, 0)

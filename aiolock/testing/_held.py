@@ -34,7 +34,9 @@ def script(*names: str) -> Matcher:
 
     The names are those of the library's script constants without ``_SCRIPT``
     (``ACQUIRE``, ``RELEASE``, ``EXTEND``, ``EXTEND_MANY``, ``REPAIR``, ``PASS_ON``,
-    ``RELEASE_TURN``, ``TURN_JOIN``, ...). Both ``EVALSHA`` and ``EVAL`` match.
+    ``RELEASE_TURN``, ``TURN_JOIN``, ...). Both ``EVALSHA`` and ``EVAL`` match, and
+    ``EXTEND_MANY`` also matches what the renewal of one lock is where the server has
+    ``SET ... IFEQ`` (Valkey 8.1, Redis 8.4): that command.
     """
     shas: set[bytes] = set()
     sources: set[bytes] = set()
@@ -45,11 +47,14 @@ def script(*names: str) -> Matcher:
             raise ValueError(f"aiolock has no script named {name!r}")
         shas.add(found.sha)
         sources.add(found.source)
+    renewal = "extend_many" in map(str.lower, names)
 
     def match(words: Sequence[bytes]) -> bool:
         if len(words) < 2:
             return False
         verb = words[0].upper()
+        if verb == b"SET":
+            return renewal and len(words) > 3 and words[3].upper() == b"IFEQ"
         if verb == b"EVALSHA":
             return words[1].lower() in shas
         return verb == b"EVAL" and words[1] in sources

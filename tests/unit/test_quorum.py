@@ -67,6 +67,8 @@ class FakeNode:
         if self.delay is not None:
             asyncio.get_running_loop().call_later(self.delay, self._answer, callback, reply)
 
+    set_ifeq = False
+
     def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None:
         if script is RELEASE_SCRIPT and not isinstance(self.reply, Exception):
             # The clean-up after a failed attempt deletes what this node took.
