@@ -425,6 +425,27 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "a renewal by SET without IFEQ re-creates a lock taken over",
+        "batch.py",
+        'return (b"SET", key, token, b"IFEQ", token, b"PX", b"%d" % milliseconds(ttl))',
+        'return (b"SET", key, token, b"PX", b"%d" % milliseconds(ttl))',
+        (
+            "tests/test_renewal.py::test_one_lock_is_renewed_by_set_ifeq_where_the_server_has_it"
+            "_else_by_the_script",
+        ),
+    ),
+    Mutant(
+        "a renewal by SET IFEQ answered nil counts as a node failed, not as a no",
+        "batch.py",
+        "    if reply is None or (isinstance(reply, Exception)",
+        "    if (isinstance(reply, Exception)",
+        (
+            "tests/unit/test_set_ifeq.py::test_set_ifeq_s_reply_reads_as_the_script_s",
+            "tests/test_renewal.py::test_one_lock_is_renewed_by_set_ifeq_where_the_server_has_it"
+            "_else_by_the_script",
+        ),
+    ),
+    Mutant(
         "a release heard before the head is in line wakes it though its process gave way",
         "queue.py",
         "ours = bool(message) and self.entry is None and self.gave_way is not None",
