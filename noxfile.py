@@ -209,7 +209,7 @@ def determinism(session: nox.Session) -> None:
     """The simulation's histories, the same byte for byte on every Python version.
 
     Each Python replays the same schedules: 1,000 plans of the newest generator
-    (tests/sim/plan.py, version 2), 100 from each range of version 1 whose loop
+    (tests/sim/plan.py, the newest version), 100 from each range of version 1 whose loop
     releases its timers one at a time (2**35 to 2**51, but 2**49: testing.md,
     "Determinism"), and every seed kept as a test, with the faults it keeps; it writes
     their digests under .nox/sim-digests/, keyed by a hash of the library's and the

@@ -132,6 +132,14 @@ def _commands() -> list[tuple[bytes, ...]]:
         (b"SET", k, b"v"),
         (b"PTTL", k),
         (b"SET", k, b"v", b"PX", b"0"),
+        (b"SET", k, b"v", b"IFEQ", b"v", b"PX", b"30000"),
+        (b"PTTL", k),
+        (b"SET", k, b"w", b"IFEQ", b"x", b"PX", b"90000"),
+        (b"PTTL", k),
+        (b"GET", k),
+        (b"SET", b"sim:{k}:none", b"v", b"IFEQ", b"v", b"PX", b"1000"),
+        (b"EXISTS", b"sim:{k}:none"),
+        (b"SET", k, b"v", b"NX", b"IFEQ", b"v"),
         (b"ZADD", z, b"NX", b"10", b"a", b"5", b"b", b"7.5", b"c"),
         (b"ZADD", z, b"NX", b"1", b"a"),
         (b"ZCARD", z),
@@ -142,6 +150,7 @@ def _commands() -> list[tuple[bytes, ...]]:
         (b"ZREM", z, b"a", b"zz"),
         (b"TYPE", z),
         (b"GET", z),
+        (b"SET", z, b"v", b"IFEQ", b"v", b"PX", b"1000"),
         (b"SADD", s, b"x", b"y"),
         (b"SMEMBERS", s),
         (b"SREM", s, b"x", b"y"),
@@ -204,7 +213,7 @@ def traces() -> list[list[list[bytes]]]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(sim_world.World, "__post_init__", recording)
         for seed in TRACED:
-            assert not run(Plan(seed)).failed
+            assert not run(Plan(seed, 2)).failed
     return [trace for world in worlds for trace in (world.commands or {}).values()]
 
 
@@ -351,7 +360,7 @@ def test_a_finished_run_leaves_nothing_alive(monkeypatch: pytest.MonkeyPatch) ->
         worlds.append(weakref.ref(self))
 
     monkeypatch.setattr(sim_world.World, "__post_init__", noted)
-    for plan in (Plan(1, version=1), Plan(2), Plan(132)):  # (v2:132: the resource, freezes)
+    for plan in (Plan(1, version=1), Plan(2, 2), Plan(132, 2)):  # (v2:132: the resource, freezes)
         assert not run(plan).failed
     gc.collect()
     assert len(worlds) == 3

@@ -1,6 +1,6 @@
 """Which generator draws a schedule: a *plan* is a seed and the generator's version.
 
-A schedule is named by its plan, written ``v2:SEED`` (or a bare ``SEED`` for version 1).
+A schedule is named by its plan, written ``v3:SEED`` (or a bare ``SEED`` for version 1).
 The version says how every draw is made, so a kept plan replays the same schedule
 whatever later versions add:
 
@@ -9,11 +9,14 @@ whatever later versions add:
   version 2 is a version-1 plan, and replays as it did when it was found.
 * **Version 2** has every behaviour on, and draws a *swarm* per run (Groce et al.,
   "Swarm testing", 2012; :mod:`tests.sim.swarm`): which fault kinds, which features
-  and which knobs the run uses, each within its documented bounds. The search draws
-  version-2 plans from fresh random seeds.
+  and which knobs the run uses, each within its documented bounds.
+* **Version 3** is version 2 with one draw more: in half the runs the nodes say they
+  are Valkey 9.1, whose ``SET`` takes ``IFEQ`` (one lock's renewal is then that
+  command, not a script). The search draws plans of the newest version from fresh
+  random seeds.
 
-A new generator is a new version: version 2's draws stay as they are, so that its
-kept plans keep their meaning.
+A new generator is a new version: the draws of the versions before stay as they are,
+so that their kept plans keep their meaning.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: The newest version: what the search draws.
-LATEST = 2
+LATEST = 3
 
 #: Version 1: the seed from which each behaviour is on (docs/project/testing.md,
 #: "Version 1"). Version 2 has them all.
@@ -69,7 +72,7 @@ class Plan:
 
     @classmethod
     def parse(cls, text: str) -> Plan:
-        """``v2:123`` or ``123`` (version 1)."""
+        """``v3:123``, ``v2:123`` or ``123`` (version 1)."""
         if ":" not in text:
             return cls(int(text), 1)
         version, seed = text.split(":", 1)

@@ -670,7 +670,7 @@ def run(target: Plan | Schedule, keep: Iterable[int] | None = None) -> Result:
     """Play a plan's schedule, or a schedule kept whole (only the faults numbered in
     ``keep``, if given)."""
     schedule = target if isinstance(target, Schedule) else None
-    plan = Plan(target.seed) if isinstance(target, Schedule) else target
+    plan = Plan(target.seed, 2) if isinstance(target, Schedule) else target
     seed = plan.seed
     if schedule is not None:
         cfg, faults = replace(schedule.config), list(schedule.faults)
@@ -689,6 +689,7 @@ def run(target: Plan | Schedule, keep: Iterable[int] | None = None) -> Result:
     world = World(plan=plan, nodes_count=cfg.nodes, drift=DRIFT, faults=faults)
     world.pubsub_refused = models.pubsub_refused
     world.cluster = models.cluster
+    world.native = cfg.native
     if quiet(faults) and not models.cluster:
         world.subs = Subscriptions(world)
         if not sizes:

@@ -313,10 +313,14 @@ class Store:
         key, value = a[1], a[2]
         nx = xx = get = keepttl = False
         px: float | None = None
+        ifeq: bytes | None = None
         i = 3
         while i < len(a):
             option = a[i].upper()
-            if option == b"NX":
+            if option == b"IFEQ":  # (Valkey 8.1, Redis 8.4: set only over this value)
+                i += 1
+                ifeq = a[i]
+            elif option == b"NX":
                 nx = True
             elif option == b"XX":
                 xx = True
@@ -333,9 +337,11 @@ class Store:
             else:
                 return Error("ERR syntax error")
             i += 1
-        old = self._get(key, bytes) if get else None
+        if ifeq is not None and (nx or xx):
+            return Error("ERR syntax error")
+        old = self._get(key, bytes) if get or ifeq is not None else None
         exists = self._alive(key)
-        if (nx and exists) or (xx and not exists):
+        if (nx and exists) or (xx and not exists) or (ifeq is not None and old != ifeq):
             return old if get else None
         self.data[key] = value
         if px is not None:

@@ -192,6 +192,9 @@ class Config:
     #: Version 2, half the runs: bodies write their work to the fenced resource
     #: (resource.py) with their locks' fencing tokens.
     fenced: bool = field(default=False, repr=False)
+    #: Version 3, half the runs: the nodes say they are Valkey 9.1, whose ``SET`` takes
+    #: ``IFEQ`` (one lock's renewal is then that command, not a script).
+    native: bool = field(default=False, repr=False)
 
     def describe(self) -> str:
         extra = f" focus {self.focus}" if self.focus else ""
@@ -201,6 +204,7 @@ class Config:
         extra += f" restart_grace {self.grace:.3f}" if self.grace else ""
         extra += " long blocks" if self.long_blocks else ""
         extra += " fenced" if self.fenced else ""
+        extra += " native" if self.native else ""
         return f"{self}{extra}" + (" long" if self.long else "")
 
 
@@ -276,6 +280,8 @@ def make_config(plan: Plan) -> Config:
         cfg.fenced = swarm.random() < 0.5
         if cfg.focus is None:
             cfg.nodes = swarm.choice((1, 3, 3, 5))
+    if plan.version >= 3:
+        cfg.native = random.Random(f"native-{plan}").random() < 0.5
     return cfg
 
 

@@ -822,6 +822,10 @@ class SimNode:
             renewed = self.world.renewed
             for key, token, one in zip(command[3 : 3 + count], tokens, reply, strict=False):
                 renewed.setdefault((key, token), {})[self.index] = one == 1
+        elif len(command) > 4 and command[0].upper() == b"SET" and command[3].upper() == b"IFEQ":
+            # (One lock's renewal where the server has SET ... IFEQ.)
+            ours = self.world.renewed.setdefault((command[1], command[4]), {})
+            ours[self.index] = isinstance(reply, Status)
         if sha == RELEASE_EITHER_SCRIPT.sha and self._alive(command[3]):
             left = data.get(command[3])
             if left in (command[4], command[5]):
@@ -903,7 +907,9 @@ class SimNode:
         name = c[0].upper()
         if name == b"INFO":
             uptime = int((self.world.now - self.started) * self.rate)
-            return b"# Server\r\nredis_version:7.2.4\r\nrun_id:%s\r\nuptime_in_seconds:%d\r\n" % (
+            server = b"server_name:valkey\r\nvalkey_version:9.1.2\r\n" if self.world.native else b""
+            return b"# Server\r\nredis_version:7.2.4\r\n%srun_id:%s\r\nuptime_in_seconds:%d\r\n" % (
+                server,
                 self.run_id,
                 uptime,
             )
@@ -1167,6 +1173,9 @@ class World:
         #: Every node is a cluster of one master (from 'cluster' (plan.V1_FROM) on, some runs): it
         #: answers ``CLUSTER SLOTS``.
         self.cluster = False
+        #: Every node says it is Valkey 9.1 (version 3, half the runs): it has
+        #: ``SET ... IFEQ``, and one lock's renewal is that command.
+        self.native = False
         #: The rules on a process's subscriptions to its grants (subs.py), where they
         #: are judged (see run.run); None elsewhere.
         self.subs: Subscriptions | None = None
