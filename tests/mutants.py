@@ -855,11 +855,23 @@ MUTANTS = [
         "a turn queue refresh without an offer keeps the old one",
         "turn_join.lua",
         # (The earlier offer is taken out only when a new one comes.)
-        "ipairs(redis.call('zrangebyscore', KEYS[3], ARGV[2], ARGV[2])) do",
-        "ipairs(ARGV[7] and redis.call('zrangebyscore', KEYS[3], ARGV[2], ARGV[2]) or {}) do",
+        "ipairs(redis.call('zrangebyscore', KEYS[3], at, at)) do",
+        "ipairs(ARGV[7] and redis.call('zrangebyscore', KEYS[3], at, at) or {}) do",
         (
             "tests/turns/test_pubsub.py::"
             "test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering",
+            "tests/test_grants.py::"
+            "test_an_offer_sits_at_its_place_on_the_node_and_a_refresh_without_one_withdraws_it",
+        ),
+    ),
+    Mutant(
+        "an offer sits where its process joined from, not at its place on the node",
+        "turn_join.lua",
+        "redis.call('zadd', KEYS[3], place, ",
+        "redis.call('zadd', KEYS[3], ARGV[2], ",
+        (
+            "tests/test_grants.py::"
+            "test_an_offer_sits_at_its_place_on_the_node_and_a_refresh_without_one_withdraws_it",
         ),
     ),
     Mutant(

@@ -230,6 +230,37 @@ async def _join(client: redis.Redis, name: str, member: str, place: int, ttl_ms:
     )
 
 
+async def test_an_offer_sits_at_its_place_on_the_node_and_a_refresh_without_one_withdraws_it(
+    clients: list[redis.Redis], name: str
+) -> None:
+    # A process whose queue emptied and filled again joins with a new place; a node that
+    # missed its leave (a partition) keeps its old entry, at the old place. Its offer
+    # must sit there, where a release looks for the offer of the process it names, and a
+    # refresh without an offer must withdraw it wherever the process sent it from. (The
+    # simulation's rule "a refresh without an offer withdraws it", v2:13310562437074:
+    # an offer sent from the old place stayed, beside the new one.)
+    client = clients[0]
+    turns, _live, offers = _turn_keys(name)[2:]
+    await _join(client, name, "aa", 100, 5000)  # its first entry, with an offer
+    await _eval(  # joined again from place 200, the node still has it at 100
+        client,
+        TURN_JOIN_SCRIPT,
+        _turn_keys(name)[2:],
+        "aa",
+        200,
+        60_000,
+        8,
+        5000,
+        3_600_000,
+        "tok-2",
+    )
+    assert await client.zscore(turns, "aa") == 100
+    placed = await client.zrange(offers, 0, -1, withscores=True)
+    assert [(o.split(b" ")[:2], score) for o, score in placed] == [([b"aa", b"8"], 100)]
+    await _eval(client, TURN_JOIN_SCRIPT, _turn_keys(name)[2:], "aa", 200, 60_000)  # none
+    assert await client.zrange(offers, 0, -1) == []
+
+
 async def test_the_release_script_grants_a_fresh_offer_and_names_a_stale_one(
     clients: list[redis.Redis], name: str
 ) -> None:

@@ -14,21 +14,30 @@
 --         in microseconds when it joined), ARGV[3] how long the entry lives unless
 --         refreshed, in ms, ARGV[4..7] (optional) its offer: seq, ttl ms, retention ms,
 --         token (without: its offer is taken out, as where pub/sub turned out refused)
--- returns 1. A member already in line keeps its place; the keys expire with the last
--- entry, so that a name nobody waits for leaves nothing behind.
+-- returns 1. A member already in line keeps its place (a node that missed its leave
+-- keeps the place it joined with before), and its offer sits there, where a release
+-- looks for the offer of the process it names (an earlier one, there or at the place
+-- sent, is taken out); the keys expire with the last entry, so that a name nobody
+-- waits for leaves nothing behind.
 
 --+ _now_ms.lua
-redis.call('zadd', KEYS[1], 'NX', ARGV[2], ARGV[1])
+local place = redis.call('zadd', KEYS[1], 'XX', 'INCR', 0, ARGV[1])
+if not place then
+    redis.call('zadd', KEYS[1], ARGV[2], ARGV[1])
+    place = ARGV[2]
+end
 redis.call('zadd', KEYS[2], now + tonumber(ARGV[3]), ARGV[1])
 redis.call('pexpire', KEYS[1], ARGV[3])
 redis.call('pexpire', KEYS[2], ARGV[3])
-for _, old in ipairs(redis.call('zrangebyscore', KEYS[3], ARGV[2], ARGV[2])) do
-    if string.sub(old, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then
-        redis.call('zrem', KEYS[3], old)
+for _, at in ipairs({place, ARGV[2]}) do
+    for _, old in ipairs(redis.call('zrangebyscore', KEYS[3], at, at)) do
+        if string.sub(old, 1, #ARGV[1] + 1) == ARGV[1] .. ' ' then
+            redis.call('zrem', KEYS[3], old)
+        end
     end
 end
 if ARGV[7] then
-redis.call('zadd', KEYS[3], ARGV[2], ARGV[1] .. ' ' .. ARGV[4] .. ' '
+redis.call('zadd', KEYS[3], place, ARGV[1] .. ' ' .. ARGV[4] .. ' '
     .. ARGV[5] .. ' ' .. ARGV[6] .. ' ' .. string.format('%.0f', now) .. ' '
     .. ARGV[7])
 redis.call('pexpire', KEYS[3], ARGV[3])

@@ -120,6 +120,12 @@ REGRESSIONS: list[tuple[int | str, list[int] | None, str]] = [
         "a head that could not hear went on after the confirmations",
     ),
     (
+        "v2:13310562437074",
+        [0, 1, 2, 3, 4, 5, 6, 9, 10, 11, 12, 14, 15, 16, 18, 19, 21, 23, 24, 27, 28, 29, 30],
+        "an offer sent from a new place stayed at the old one, where the node kept the "
+        "process's entry (its leave lost), after a refresh without an offer (fixed)",
+    ),
+    (
         "v2:37192056819182",
         [0],
         "checker: two holdings a node's clock step let overlap, each token in the order "

@@ -409,14 +409,26 @@ class Store:
         return sorted(members) if members else []
 
     def zadd(self, a: list[bytes]) -> Reply:
-        i, nx, xx = 2, False, False
-        while a[i].upper() in (b"NX", b"XX"):
-            nx, xx = nx or a[i].upper() == b"NX", xx or a[i].upper() == b"XX"
+        i, nx, xx, incr = 2, False, False, False
+        while a[i].upper() in (b"NX", b"XX", b"INCR"):
+            option = a[i].upper()
+            nx, xx, incr = nx or option == b"NX", xx or option == b"XX", incr or option == b"INCR"
             i += 1
         pairs = a[i:]
         if not pairs or len(pairs) % 2:
             return Error("ERR syntax error")
+        if incr and len(pairs) != 2:
+            return Error("ERR INCR option supports a single increment-element pair")
         zset = self._get(a[1], ZSet)
+        if incr:  # (as ZINCRBY: the new score, or nil where NX or XX left it alone)
+            by, member = _score(pairs[0]), pairs[1]
+            exists = zset is not None and member in zset.scores
+            if (nx and exists) or (xx and not exists):
+                return None
+            if zset is None:
+                zset = self.data[a[1]] = ZSet()
+            zset.add(member, zset.scores.get(member, 0.0) + by)
+            return _format_score(zset.scores[member])
         if zset is None:
             if xx:
                 return 0

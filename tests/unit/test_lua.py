@@ -33,7 +33,7 @@ SHA1 = {
     "rw_write": "8ea6278fce518a701bc3efb591f6db8e442067d2",
     "sem_acquire": "f66902916093a5f379b1d36e13f200ebbf515446",
     "sem_release": "53adb0617963fc24ac694ff14201e4ab857f8e4f",
-    "turn_join": "c0c6ee893e162c3553fbe50f6ae8d8a94f99be79",
+    "turn_join": "f1db541b2197410e769e6c41fd35436f45745174",
     "turn_leave": "681bf1f9b7f12579e05d3958aae21422f056ccb1",
 }
 #: The same for the scripts that announce, as a cluster with sharded pub/sub runs them.
