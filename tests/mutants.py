@@ -865,6 +865,13 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "a releaser's offer sits where its process joined from, not at its place on the node",
+        "release_turn.lua",
+        "redis.call('zadd', KEYS[5], mine, ",
+        "redis.call('zadd', KEYS[5], ARGV[4], ",
+        ("tests/test_grants.py::test_a_releaser_s_offer_sits_at_its_place_on_the_node_too",),
+    ),
+    Mutant(
         "an offer sits where its process joined from, not at its place on the node",
         "turn_join.lua",
         "redis.call('zadd', KEYS[3], place, ",

@@ -261,6 +261,28 @@ async def test_an_offer_sits_at_its_place_on_the_node_and_a_refresh_without_one_
     assert await client.zrange(offers, 0, -1) == []
 
 
+async def test_a_releaser_s_offer_sits_at_its_place_on_the_node_too(
+    clients: list[redis.Redis], name: str
+) -> None:
+    # As TURN_JOIN's (above): the offer a release leaves for its process's next head goes
+    # where the node has the process in line, and an earlier one is taken out.
+    client = clients[0]
+    keys = _turn_keys(name)
+    floor = int(time.time() * 1_000_000)
+    await _join(client, name, "aa", 100, 5000)  # in line at 100 on this node, an offer
+    await client.set(key(name), "t", px=30_000)
+    released = await _eval(
+        client, RELEASE_TURN_SCRIPT, keys, "t", floor, 60_000, 200, "aa", 9, 5000, 3_600_000, "u"
+    )
+    assert released == 1
+    placed = await client.zrange(keys[4], 0, -1, withscores=True)
+    assert [(o.split(b" ")[:2], score) for o, score in placed] == [([b"aa", b"9"], 100)]
+    # Without an offer (its process stopped offering): none is left.
+    await client.set(key(name), "t", px=30_000)
+    assert await _eval(client, RELEASE_TURN_SCRIPT, keys, "t", floor, 60_000, 200, "aa") == 1
+    assert await client.zrange(keys[4], 0, -1) == []
+
+
 async def test_the_release_script_grants_a_fresh_offer_and_names_a_stale_one(
     clients: list[redis.Redis], name: str
 ) -> None:

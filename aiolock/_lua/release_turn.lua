@@ -55,16 +55,20 @@ if redis.call('zcard', KEYS[3]) > 0 then
         redis.call('zrem', KEYS[4], member)
     end
     if ARGV[5] then
-for _, old in ipairs(redis.call('zrangebyscore', KEYS[5], ARGV[4], ARGV[4])) do
-    if string.sub(old, 1, #ARGV[5] + 1) == ARGV[5] .. ' ' then
-        redis.call('zrem', KEYS[5], old)
-    end
-end
+        -- Our offer sits at our place on this node, as TURN_JOIN's does.
+        local mine = redis.call('zadd', KEYS[3], 'XX', 'INCR', 0, ARGV[5]) or ARGV[4]
+        for _, at in ipairs({mine, ARGV[4]}) do
+            for _, old in ipairs(redis.call('zrangebyscore', KEYS[5], at, at)) do
+                if string.sub(old, 1, #ARGV[5] + 1) == ARGV[5] .. ' ' then
+                    redis.call('zrem', KEYS[5], old)
+                end
+            end
+        end
         if ARGV[9] then
-redis.call('zadd', KEYS[5], ARGV[4], ARGV[5] .. ' ' .. ARGV[6] .. ' '
-    .. ARGV[7] .. ' ' .. ARGV[8] .. ' ' .. string.format('%.0f', now) .. ' '
-    .. ARGV[9])
-redis.call('pexpire', KEYS[5], ARGV[3])
+            redis.call('zadd', KEYS[5], mine, ARGV[5] .. ' ' .. ARGV[6] .. ' '
+                .. ARGV[7] .. ' ' .. ARGV[8] .. ' ' .. string.format('%.0f', now) .. ' '
+                .. ARGV[9])
+            redis.call('pexpire', KEYS[5], ARGV[3])
         end
     end
     local after = {}
