@@ -49,7 +49,7 @@ def _rows() -> list[tuple[str, str, list[Matcher] | None]]:
         ("pass-on", "lock", [script("PASS_ON", "RELEASE_EITHER")]),
         ("join and leave the turn queue", "lock", [script("TURN_JOIN", "TURN_LEAVE")]),
         ("release and grant messages", "lock", None),
-        ("every command", "lock", [command("EVALSHA", "EVAL", "PUBLISH")]),
+        ("every command", "lock", [command("EVALSHA", "EVAL", "PUBLISH", "SET")]),
         ("handover", "ticket", [script("HANDOVER", "EXTEND")]),
         ("semaphore scripts", "semaphore", [script("SEM_ACQUIRE", "SEM_RELEASE", "EXTEND")]),
         ("read-write lock scripts", "rwlock", [script("RW_READ", "RW_WRITE", "RW_RELEASE")]),
