@@ -55,7 +55,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under mutmut, run a mutant's tests fastest first, each with a timeout of its own.
+    """The longest tests first; under mutmut, fastest first, each with a timeout of its own.
 
     mutmut passes the tests that cover a mutant as an unordered set and stops at the
     first failure (``-x``): a mutant that a 0.1 s test kills could first wait for 30 s
@@ -65,9 +65,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     wait forever without using CPU (mutmut's CPU-time limit never ends it): each test
     is stopped at three times its own clean duration plus 15 s, instead of the flat
     60 s that the slowest test needs (a hang fails the test: the mutant is detected).
-    Outside mutmut (no mutant named) nothing changes.
+    Outside mutmut, the tests marked ``first`` (the suite's longest) go first: the
+    workers of pytest-xdist then end together, instead of one running the longest
+    tests alone at the end while the other has nothing left (about 100 s of a 6-minute
+    run on 2 cores).
     """
     if not _under_a_mutant():
+        items.sort(key=lambda item: item.get_closest_marker("first") is None)
         return
     try:
         with open("mutmut-stats.json") as f:

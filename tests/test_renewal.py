@@ -678,6 +678,7 @@ async def _margins_under(
         return dict(zip(jobs, done, strict=True))
 
 
+@pytest.mark.first
 @pytest.mark.parametrize(
     ("fault", "ttls"), [("hang", (0.5, 3.0, 10.0, 30.0)), ("refuse", (0.5, 3.0, 10.0))]
 )

@@ -378,6 +378,7 @@ def test_a_finished_run_leaves_nothing_alive(monkeypatch: pytest.MonkeyPatch) ->
 PARTS = 4
 
 
+@pytest.mark.first
 @pytest.mark.parametrize("part", range(PARTS))
 def test_seeds_that_once_failed_pass(part: int) -> None:
     """Every kept seed (tests/sim/kept.py: the regressions, and the seeds that catch the
@@ -398,6 +399,7 @@ def test_seeds_that_once_failed_pass(part: int) -> None:
     assert "kept seeds replayed, no violation" in out.stdout
 
 
+@pytest.mark.first
 @pytest.mark.parametrize(
     ("name", "seed", "keep", "rule"),
     CAUGHT,
@@ -556,6 +558,7 @@ FIRSTS = [
 ]
 
 
+@pytest.mark.first
 @pytest.mark.timeout(900)  # about 40 s each on 2 idle cores
 @pytest.mark.parametrize("first", FIRSTS, ids=["fresh", "fresh-again"])
 def test_a_budget_of_schedules_keeps_every_rule(first: int) -> None:
