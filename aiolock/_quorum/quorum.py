@@ -393,7 +393,7 @@ class Quorum:
         if not chunks:
             return batch
         timeout = min((self.node_timeout if budget is None else budget) * len(chunks), limit)
-        packed = [chunk_args(items, lo, hi) for lo, hi in chunks]
+        packed: dict[int, tuple[bytes, ...]] = {}  # a chunk's script arguments, once sent
 
         # One chunk at a time on each node: the batch shares the node's one ordered
         # connection with acquires and releases (see _engine.py), which then wait for
@@ -410,8 +410,10 @@ class Quorum:
 
             if hi - lo == 1 and node.set_ifeq:  # (one lock: the server's own command)
                 node.call(extend_one(items[lo]), lambda reply: answered(as_extended(reply)))
-            else:
-                node.call_script(EXTEND_MANY_SCRIPT, packed[k], answered)
+                return
+            if k not in packed:
+                packed[k] = chunk_args(items, lo, hi)
+            node.call_script(EXTEND_MANY_SCRIPT, packed[k], answered)
 
         for ni, node in enumerate(self.nodes):
             send(ni, node, 0)
