@@ -197,12 +197,11 @@ class Grants:
         """The head's own attempt with ``token`` returned ``outcome``.
 
         Failed, it released the token on every node that may hold it (see
-        ``Quorum.acquire``): the grants there are undone. Those nodes are the ones
-        where the clean-up deleted the token, or may have (``Attempt.cleaned``): not
-        the ones whose verdict is unknown now (a node's "held" that came after the
-        decision, while the clean-up was on its way, is in the votes too), and not
-        those where it deleted nothing (any grant of the
-        token there came after it, and stands).
+        ``Quorum.acquire``): the grants there are undone. Those nodes are the ones where the
+        clean-up deleted the token, or may have (``Attempt.cleaned``): not the ones whose
+        verdict is unknown now (a node's "held" that came after the decision, while the
+        clean-up was on its way, is in the votes too), and not those where it deleted
+        nothing (any grant of the token there came after it, and stands).
         """
         if isinstance(outcome, Attempt) and outcome.expires_at is None:
             self.undone(token, list(outcome.cleaned))

@@ -79,10 +79,10 @@ def lease(quorum: Quorum, hold: Hold, taker: Taker, grants: Grants | None) -> bo
         or reserve <= fence
         or hold.expires_at < fresh - lease_slack(taker.ttl)
         # Nor more: not to a waiter with a shorter ttl than any the holder's commands
-        # carried. The key would outlive the taker should its process die, even once
-        # the validity passed on is short enough: a command in flight or given up on
-        # may land after the lease and keep the key that long. (As
-        # validities count from when they were sent, that also bounds the validity.)
+        # carried. The key would outlive the taker should its process die, even once the
+        # validity passed on is short enough: a command in flight or given up on may land
+        # after the lease and keep the key that long. (As validities count from when they
+        # were sent, that also bounds the validity.)
         or hold.longest > taker.ttl
     ):
         return False

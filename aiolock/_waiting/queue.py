@@ -91,13 +91,12 @@ class Queue:
         """A pub/sub connection dropped (or refused us): a message may have been lost.
 
         A release: the head tries again; or a grant to us, which a node that has our
-        subscription no more undoes, taking us out of line, telling nobody: our
-        entry joins again (not where we poll: no offer). Until
-        the new connection confirms our subscriptions, a release or a grant to us goes
-        unheard too: the confirmations of ours on the release channels wake the head,
-        and ours to the grants (``grants``, on each of ``subscribers``) make our offer
-        tentative until every node has confirmed again (firm, a grant unheard would
-        take us out of line again, until our refresh).
+        subscription no more undoes, taking us out of line, telling nobody: our entry joins
+        again (not where we poll: no offer). Until the new connection confirms our
+        subscriptions, a release or a grant to us goes unheard too: the confirmations of
+        ours on the release channels wake the head, and ours to the grants (``grants``, on
+        each of ``subscribers``) make our offer tentative until every node has confirmed
+        again (firm, a grant unheard would take us out of line again, until our refresh).
         """
         self.missed_release()
         if self.subscribed:
@@ -140,14 +139,13 @@ class Queue:
     def missed_release(self) -> None:
         """A release may have gone unheard: a subscription confirmed late, or lost.
 
-        A node confirmed a subscription after the attempt that followed it, or a
-        pub/sub connection went down (or refused us): the head tries again now (not at
-        the holder's expiry). Unless a release of ours gave way since: what the head
-        missed came before ours, which took the lock
-        after it and names another process, which goes first (a head trying now would
-        follow our release on every connection, and win; where pub/sub is refused, a
-        refusal just after our release would wake it so). The head then
-        tries at the fallback, as the others do that hear ours (should it go unheard).
+        A node confirmed a subscription after the attempt that followed it, or a pub/sub
+        connection went down (or refused us): the head tries again now (not at the holder's
+        expiry). Unless a release of ours gave way since: what the head missed came before
+        ours, which took the lock after it and names another process, which goes first (a
+        head trying now would follow our release on every connection, and win; where pub/sub
+        is refused, a refusal just after our release would wake it so). The head then tries
+        at the fallback, as the others do that hear ours (should it go unheard).
         """
         self._wake_unless_given_way()
 
@@ -155,12 +153,12 @@ class Queue:
         """A message on our channels, but ``NOT_FREE``: a release's, or a shortening's.
 
         A shortening ``extend()`` wakes the head to learn the new PTTL; as for a missed
-        release, not at once after a release of ours gave way: heard then, it most
-        likely came before our release (an ``extend()`` of ours, heard on the pub/sub
-        connection after our release went out on the other). The
-        process named may have shortened it since: that costs the head the fallback.
-        So does a release that names a process while we are not in line yet (the head
-        still subscribing): after ours gave way, it is ours, naming another.
+        release, not at once after a release of ours gave way: heard then, it most likely
+        came before our release (an ``extend()`` of ours, heard on the pub/sub connection
+        after our release went out on the other). The process named may have shortened it
+        since: that costs the head the fallback. So does a release that names a process
+        while we are not in line yet (the head still subscribing): after ours gave way, it
+        is ours, naming another.
         """
         ours = bool(message) and self.entry is None and self.gave_way is not None
         if message == SHORTENED or ours:

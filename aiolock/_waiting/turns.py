@@ -266,16 +266,15 @@ class TurnEntry:
     def taken_out(self, confirmed: Sequence[asyncio.Future[None]] | None = None) -> None:
         """A pass-over took us out of line: we join again at our place now.
 
-        ``TURN_LEAVE`` told us (:data:`TAKEN_OUT`) while we wait, and our next refresh
-        may be far. Our turn may have been used: a holder of ours kept the lock until
-        it expired just before the other's fallback, and out of line, the next
-        holder's handoffs found nobody else waiting. A late or
-        repeated message costs one refresh of our entry; after we left, nothing. Also
-        called when a pub/sub connection of ours drops: a grant to us that no node
-        could tell us of takes us out without a word (Waiting._on_reset); and
-        ``confirmed``, our subscription to the grants asked for again on the new
-        connection, makes our offer tentative until every node has confirmed it, as
-        when we joined (the grant it may take meanwhile would go unheard too).
+        ``TURN_LEAVE`` told us (:data:`TAKEN_OUT`) while we wait, and our next refresh may
+        be far. Our turn may have been used: a holder of ours kept the lock until it expired
+        just before the other's fallback, and out of line, the next holder's handoffs found
+        nobody else waiting. A late or repeated message costs one refresh of our entry;
+        after we left, nothing. Also called when a pub/sub connection of ours drops: a grant
+        to us that no node could tell us of takes us out without a word (Waiting._on_reset);
+        and ``confirmed``, our subscription to the grants asked for again on the new
+        connection, makes our offer tentative until every node has confirmed it, as when we
+        joined (the grant it may take meanwhile would go unheard too).
         """
         if confirmed is not None:
             self._confirmed = confirmed

@@ -139,12 +139,12 @@ class Waiting:
     def released(self, key: bytes, *, pass_on: bool = False, valid: bool = True) -> Taker | bool:
         """A task of this process is releasing ``key``: wake the head of its queue.
 
-        Woken now, the local head's acquire follows the release on every node's connection and
-        always wins: other processes would never get the lock while this one has waiters. So
-        after ``LOCAL_STREAK`` local handoffs in a row the local head is not woken early, and a
-        wake-up it had (heard during its attempt, before this release) is
-        dropped: it learns of the release from pub/sub, like the waiters of every other process,
-        whose turn goes first.
+        Woken now, the local head's acquire follows the release on every node's connection
+        and always wins: other processes would never get the lock while this one has
+        waiters. So after ``LOCAL_STREAK`` local handoffs in a row the local head is not
+        woken early, and a wake-up it had (heard during its attempt, before this release) is
+        dropped: it learns of the release from pub/sub, like the waiters of every other
+        process, whose turn goes first.
 
         Returns whether the lock goes to a local waiter: the release then says so
         (:data:`~aiolock._lua.NOT_FREE`; see the module's docstring). After a handoff that
