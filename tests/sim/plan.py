@@ -1,6 +1,6 @@
 """Which generator draws a schedule: a *plan* is a seed and the generator's version.
 
-A schedule is named by its plan, written ``v3:SEED`` (or a bare ``SEED`` for version 1).
+A schedule is named by its plan, written ``v4:SEED`` (or a bare ``SEED`` for version 1).
 The version says how every draw is made, so a kept plan replays the same schedule
 whatever later versions add:
 
@@ -12,8 +12,10 @@ whatever later versions add:
   and which knobs the run uses, each within its documented bounds.
 * **Version 3** is version 2 with one draw more: in half the runs the nodes say they
   are Valkey 9.1, whose ``SET`` takes ``IFEQ`` (one lock's renewal is then that
-  command, not a script). The search draws plans of the newest version from fresh
-  random seeds.
+  command, not a script).
+* **Version 4** is version 3 with fewer foci: only those a measurement keeps
+  (``workload.FOCI_KEPT``), each in as many runs as before; the other runs are the
+  swarm's. The search draws plans of the newest version from fresh random seeds.
 
 A new generator is a new version: the draws of the versions before stay as they are,
 so that their kept plans keep their meaning.
@@ -24,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: The newest version: what the search draws.
-LATEST = 3
+LATEST = 4
 
 #: Version 1: the seed from which each behaviour is on (docs/project/testing.md,
 #: "Version 1"). Version 2 has them all.
@@ -72,7 +74,7 @@ class Plan:
 
     @classmethod
     def parse(cls, text: str) -> Plan:
-        """``v3:123``, ``v2:123`` or ``123`` (version 1)."""
+        """``v4:123``, ``v2:123`` or ``123`` (version 1)."""
         if ":" not in text:
             return cls(int(text), 1)
         version, seed = text.split(":", 1)

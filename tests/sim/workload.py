@@ -237,7 +237,9 @@ def make_config(plan: Plan) -> Config:
         cfg.long = more.random() < 0.3
     if plan.has("live"):
         cfg.nudge = random.Random(f"nudge-{seed}").choice((0.0, 0.2, 0.5))
-    if plan.has("focus"):
+    if plan.version >= 4:  # (the foci a measurement keeps: FOCI_KEPT)
+        focus(cfg, random.Random(f"focus-{seed}"), FOCI_KEPT, share=FOCUSED)
+    elif plan.has("focus"):
         foci = (
             FOCI_GRANTS
             if plan.has("grants")
@@ -384,12 +386,26 @@ FOCI_LONE: dict[str, tuple[str, ...]] = {**FOCI_SPLIT, "lone": ()}
 #:   a head that holds the lock by the other nodes since, heard after its renewals
 #:   counted that node ('grants' (plan.V1_FROM)).
 FOCI_GRANTS: dict[str, tuple[str, ...]] = {**FOCI_LONE, "grants": ("pause",)}
+#: From version 4 on, the foci that stay: each either judges a promise that only its
+#: runs can (a rule bound to the focus's faults), or reaches what the swarm alone
+#: did not in a search-alone measurement (docs/project/testing.md, "Measuring the
+#: search"). The others' parts of the library are the swarm's.
+FOCI_KEPT: dict[str, tuple[str, ...]] = {
+    name: FOCI_GRANTS[name]
+    for name in FOCI_GRANTS
+    if name not in ("renewal", "lease", "grants")  # (and ``chain``, drawn from ``lease``)
+}
+#: The share of version 4's runs that focus: each focus kept as often as in version 3
+#: (half the runs over 13 foci), the rest the swarm's.
+FOCUSED = len(FOCI_KEPT) / 26
 
 
-def focus(cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FOCI) -> None:
-    """In half the runs, focus ``cfg`` on one of ``foci`` (the seed's range's), drawn
-    from ``rng``."""
-    if rng.random() < 0.5:
+def focus(
+    cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FOCI, share: float = 0.5
+) -> None:
+    """In ``share`` of the runs (half up to version 3), focus ``cfg`` on one of ``foci``
+    (the seed's range's, or version 4's :data:`FOCI_KEPT`), drawn from ``rng``."""
+    if rng.random() < 1.0 - share:
         return
     cfg.focus = rng.choice(sorted(foci))
     cfg.names = ("a",)
