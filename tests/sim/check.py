@@ -22,8 +22,8 @@ Safety (a violation fails the run):
   reached it; a lease's, once a quorum confirmed the reserve it comes from). Read
   from the nodes (``Recorder.backs``).
 * **kept**: at every step of a lock's holding, a quorum of nodes keep the lock's key
-  at least until the step's validity ends (a node restarted since the holding began
-  counts as keeping it while its quarantine lasts, ``restart_grace`` after it came
+  at least until the step's validity ends (a node restarted since the holding's
+  acquire began counts as keeping it while its quarantine lasts, ``restart_grace`` after it came
   back: the quarantine keeps the others out there; then the holder must have repaired
   its key there). The real-server
   suite's ``watching`` rule (tests/test_late.py), read at every step without a

@@ -666,7 +666,8 @@ class Recorder:
         if lock is not None:
             self.watched[id(lock)] = (lock, name, h)
             self.follows(h, lock, name, remaining, now)
-        self._kept(h, name, key_token(handle, name), remaining, now=now)
+        hold = lock._hold if lock is not None else None
+        self._kept(h, name, hold, remaining, now=now)
 
     def backs(self, h: Holding) -> None:
         """The backed rule, at a lock holding's first step: a quorum of nodes' counters
@@ -722,14 +723,19 @@ class Recorder:
             )
 
     def _kept(
-        self, h: Holding, name: str, token: bytes | None, left: float, *, now: float, when: str = ""
+        self, h: Holding, name: str, hold: Any, left: float, *, now: float, when: str = ""
     ) -> None:
-        """The kept rule at ``now``: a quorum keeps ``name``'s key with ``token`` for
-        the ``left`` seconds the holding reads; else ``h.short`` says where not."""
+        """The kept rule at ``now``: a quorum keeps ``name``'s key with ``hold``'s token
+        for the ``left`` seconds the holding reads; else ``h.short`` says where not."""
         if h.short is not None:
             return
         world = self.world
-        short = world.keeping(KEY % name.encode(), token, now + left, h.steps[0][0])
+        # A node restarted since the requests that took the key went out (the hold's
+        # validity counts from then) may have had it: a stall can hold their replies
+        # back past the restart. Its quarantine keeps the others out meanwhile.
+        since = h.steps[0][0] if hold is None else min(hold.valid_from, h.steps[0][0])
+        token = None if hold is None else hold.token
+        short = world.keeping(KEY % name.encode(), token, now + left, since)
         if len(short) > len(world.nodes) - (len(world.nodes) // 2 + 1):
             where = ", ".join(short)
             h.short = f"at {now:.6f}{when} it read {left:.6f} s left; not kept on {where}"
@@ -782,7 +788,7 @@ class Recorder:
             if remaining <= 0.0 and hold is not None:
                 self.dry(h, lock, hold, now)  # (as a step reading it now would: see _body)
             if remaining > 0.0 and hold is not None:
-                self._kept(h, name, hold.token, remaining, now=now, when=" (between steps)")
+                self._kept(h, name, hold, remaining, now=now, when=" (between steps)")
                 dry = h.ran_dry
                 if dry is not None and dry[0] is lock and dry[1] is hold and h.revived is None:
                     h.revived = f"at {now:.6f} it read {remaining:.6f} s left"
