@@ -92,6 +92,12 @@ def _span(h: Holding) -> tuple[float, float]:
     return h.steps[0][0], h.steps[-1][0]
 
 
+def _drawn(h: Holding) -> float:
+    """The earliest ``h``'s token can have been drawn: its first step, or when its
+    ``lock_many`` began (which takes its first name long before that)."""
+    return h.steps[0][0] if h.drawn is None else min(h.drawn, h.steps[0][0])
+
+
 def _noted(holdings: list[Holding], rule: str, attr: str, what: str = "") -> list[str]:
     """Each holding's first breach of ``rule``, as the run described it in ``attr``."""
     return [
@@ -151,12 +157,13 @@ def check_exclusion(holdings: list[Holding], *, faults: bool = True) -> list[str
 def _check_fencing(domain: Any, group: list[Holding], *, faults: bool) -> list[str]:
     """Tokens increase in acquisition order: in the order ``group``'s holdings began.
 
-    Only where one began after the other ended is that order the order in which the
-    nodes gave them the lock. Two holdings that overlap broke exclusion (a rule of its
-    own), and which of them the nodes gave the lock first their replies do not tell:
-    a token that does not increase there is reported as ``fencing, overlapping``, which
-    binds where exclusion does (a run whose faults break the timing assumptions judges
-    it as advisory: see run.BINDING; the fenced resource binds there).
+    Only where one's token was drawn after the other ended (``_drawn``) is that order
+    the order in which the nodes gave them the lock. Two holdings that overlap broke
+    exclusion (a rule of its own), and which of them the nodes gave the lock first their
+    replies do not tell: a token that does not increase there is reported as ``fencing,
+    overlapping``, which binds where exclusion does (a run whose faults break the timing
+    assumptions judges it as advisory: see run.BINDING; the fenced resource binds
+    there).
     """
     problems: list[str] = []
     for i, b in enumerate(group):
@@ -165,7 +172,7 @@ def _check_fencing(domain: Any, group: list[Holding], *, faults: bool) -> list[s
         for a in group[:i]:
             if a.token is None or b.token > a.token or counters_lost(a, b, faults=faults):
                 continue
-            rule = "fencing" if _span(a)[1] <= _span(b)[0] else "fencing, overlapping"
+            rule = "fencing" if _span(a)[1] <= _drawn(b) else "fencing, overlapping"
             problems.append(
                 f"{rule}: {domain} token {b.token} ({b.owner}) began after {a.token} ({a.owner})"
             )

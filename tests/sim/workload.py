@@ -119,6 +119,9 @@ class Holding:
     #: Recorder.backs.
     began: float = -math.inf
     unbacked: str | None = None
+    #: For a ``lock_many``'s names, when the call began: each name's token may have
+    #: been drawn from then on, long before the first step (see check._check_fencing).
+    drawn: float | None = None
 
     def __post_init__(self) -> None:
         self.longest = max(self.longest, self.ttl)
@@ -1348,6 +1351,8 @@ class Worker:
                 self._holding(("lock", n), "x", many, tokens.get(n), tokens.get(n), renewed=True)
                 for n in names
             ]
+            for h in holds:
+                h.drawn = self.began
             await self._body(many, holds, self._work(1.5, many.ttl))
 
 
