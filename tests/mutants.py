@@ -104,10 +104,9 @@ MUTANTS = [
     ),
     Mutant(
         "the head attempts while a handoff to it is in flight",
-        "waiting.py",
-        "if offer is not None and offer.claimed:\n"
-        "            result = await self._take_handoff(wait)",
-        "if False:\n            result = await self._take_handoff(wait)",
+        "head.py",
+        "    if offer is not None and offer.claimed:\n        return Act.TAKE, 0.0\n",
+        "    if False:\n        return Act.TAKE, 0.0\n",
         ("tests/test_waiting.py",),
     ),
     Mutant(
@@ -358,7 +357,7 @@ MUTANTS = [
     ),
     Mutant(
         "waiters do not poll where pub/sub is refused",
-        "waiting.py",
+        "head.py",
         "sleep = min(sleep, POLL_INTERVAL)",
         "sleep = sleep",
         (
@@ -415,8 +414,8 @@ MUTANTS = [
     Mutant(
         "a head that takes over as its process gives way tries at once",
         "waiting.py",
-        "wait_first = wait.hint is not None or wait.queue.gave_way is not None",
-        "wait_first = wait.hint is not None",
+        "wait.tried = wait.hint is not None or wait.queue.gave_way is not None",
+        "wait.tried = wait.hint is not None",
         (
             "tests/turns/test_heads.py::"
             "test_a_head_that_leaves_as_its_process_gives_way_does_not_beat_the_process_named",
@@ -457,8 +456,8 @@ MUTANTS = [
     ),
     Mutant(
         "a polling head tries at its poll just after its process gave way",
-        "waiting.py",
-        "back = queue.holding_back(self._clock)",
+        "head.py",
+        "back = queue.holding_back(clock)",
         "back = 0.0",
         (
             "tests/turns/test_pubsub.py::"
@@ -883,9 +882,9 @@ MUTANTS = [
     ),
     Mutant(
         "a head holding back for one give-way of ours tries though we gave way again",
-        "waiting.py",
-        "back = queue.holding_back(clock=self._clock)",
-        "back = 0.0",
+        "head.py",
+        "(not wait.held_back or clock() < wait.deadline)",
+        "(not wait.held_back)",
         (
             "tests/turns/test_pubsub.py::"
             "test_where_pubsub_is_refused_a_head_holding_back_holds_back_again_if_we_give_way_again",
@@ -893,9 +892,10 @@ MUTANTS = [
     ),
     Mutant(
         "a head holding back tries though a release claimed its offer meanwhile",
-        "waiting.py",
-        "        return offer is not None and offer.claimed  # claimed meanwhile",
-        "        return False  # claimed meanwhile",
+        "head.py",
+        "    if offer is not None and offer.claimed:\n        return Act.TAKE, 0.0\n",
+        "    if offer is not None and offer.claimed and not wait.held_back:\n"
+        "        return Act.TAKE, 0.0\n",
         (
             "tests/turns/test_heads.py::"
             "test_a_head_holding_back_that_a_release_of_ours_hands_the_lock_sends_nothing_of_its_own",

@@ -362,12 +362,13 @@ class Node(ReplyReader):
             self.on_identity(self)
 
     def on_data(self, protocol: ReplyProtocol, data: bytes) -> None:
-        if not self._feed(protocol, data):
+        reader = self._fed(protocol, data)
+        if reader is None:
             return
         pending = self._pending
         while True:
             try:
-                reply = self._reply()
+                reply = reader.gets()
             except hiredis.ProtocolError as exc:
                 self._reset(RedisConnectionError(f"{self.name}: protocol error: {exc}"))
                 return

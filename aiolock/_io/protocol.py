@@ -179,16 +179,17 @@ class ReplyReader:
         """Whether ``protocol`` feeds the current connection (not an old one)."""
         return protocol is self._protocol
 
-    def _feed(self, protocol: ReplyProtocol, data: bytes) -> bool:
-        """Take ``data`` of ``protocol``'s connection; False if it is not the current one."""
-        if protocol is not self._protocol:
-            return False
-        self._reader.feed(data)
-        return True
+    def _fed(self, protocol: ReplyProtocol, data: bytes) -> hiredis.Reader | None:
+        """The parser, given ``data`` of ``protocol``'s connection (``None``: not the current).
 
-    def _reply(self) -> Any:
-        """The next complete reply, or ``False`` (``hiredis.ProtocolError``: not RESP)."""
-        return self._reader.gets()
+        Its ``gets()`` returns each complete reply, then ``False``; it raises
+        ``hiredis.ProtocolError`` on bytes that are not RESP.
+        """
+        if protocol is not self._protocol:
+            return None
+        reader = self._reader
+        reader.feed(data)
+        return reader
 
 
 def parse_info(reply: bytes | str) -> dict[str, str]:

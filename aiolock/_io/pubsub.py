@@ -225,11 +225,12 @@ class Subscriber(ReplyReader):
             self._task = None
 
     def on_data(self, protocol: ReplyProtocol, data: bytes) -> None:
-        if not self._feed(protocol, data):
+        reader = self._fed(protocol, data)
+        if reader is None:
             return
         while True:
             try:
-                reply = self._reply()
+                reply = reader.gets()
             except hiredis.ProtocolError:
                 self._reset()
                 return

@@ -37,9 +37,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-import random
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypeVar
 
 import anyio
@@ -52,7 +50,8 @@ from .._io.pubsub import Listener, Subscriber
 from .._lua import NOT_FREE
 from .grants import Grants
 from .handoff import Line, others_in_line
-from .queue import POLL_INTERVAL, Queue, Streaks, listening
+from .head import Act, Wait, next_act
+from .queue import Queue, Streaks, listening
 from .taker import Taker, attempt_as_head
 from .turns import FALLBACK, TAKEN_OUT, Turns
 
@@ -67,37 +66,12 @@ class _HasSpec(Protocol):
 _A = TypeVar("_A", bound=Outcome)
 
 
-#: Pause before retrying when no holder's ttl is known (nodes failing meanwhile).
-UNKNOWN_HOLDER_WAIT: Final = 0.05
-#: Added to the holder's ttl so that its key has expired everywhere when we retry.
-EXPIRY_SLACK: Final = 0.002
 #: Most handoffs in a row to a waiter of the same process before waiters of other
 #: processes get an equal chance (see Waiting.released).
 LOCAL_STREAK: Final = 4
 #: The same when the last handoff found no other process in the turn queue: a release
 #: then only lets in processes that wait without taking turns (see Waiting.released).
 LONE_STREAK: Final = 32
-
-
-@dataclass(eq=False, slots=True)
-class _Wait:
-    """One task's wait for a lock, from joining its local queue to leaving it."""
-
-    queue: Queue
-    #: Set when the task is the head of its queue: the ttl the previous head took the
-    #: lock for (``None``: it did not, or there was none).
-    turn: asyncio.Future[float | None]
-    deadline: float
-    #: The head's offer to take the lock from a release of ours (see ``Taker``).
-    offer: Taker | None
-    #: The holder's ttl the last attempt learnt (the longest the head sleeps on).
-    hint: float | None = None
-    #: Split votes so far (each pause after one is twice as long).
-    splits: int = 0
-    #: How long the lock taken stays valid, for the next head of ours.
-    taken: float | None = None
-    #: The attempt that acquired the lock on the nodes (not a lease), for the grants.
-    won: Attempt | None = None
 
 
 class Waiting:
@@ -257,7 +231,7 @@ class Waiting:
         queue.entries.append(turn)
         if len(queue.entries) == 1:
             turn.set_result(None)
-        wait = _Wait(queue, turn, deadline, None if taker is None else Taker(*taker))
+        wait = Wait(queue, turn, deadline, None if taker is None else Taker(*taker))
         if wait.offer is not None:
             queue.takers[turn] = wait.offer
         try:
@@ -291,7 +265,7 @@ class Waiting:
                 self._by_channel[channel] = queue
         return queue
 
-    async def _turn_comes(self, wait: _Wait) -> bool:
+    async def _turn_comes(self, wait: Wait) -> bool:
         """Until the waiter is the head of its queue; False when the deadline came first."""
         turn = wait.turn
         if not turn.done():
@@ -304,8 +278,8 @@ class Waiting:
         wait.hint = turn.result()
         return True
 
-    async def _contend(self, wait: _Wait, attempt: Callable[[], Awaitable[_A]]) -> _A | None:
-        """The head's loop: a handoff or an attempt, then sleep until woken, until decided.
+    async def _contend(self, wait: Wait, attempt: Callable[[], Awaitable[_A]]) -> _A | None:
+        """The head's loop: each act ``next_act`` decides, until the lock is taken.
 
         Returns the outcome that acquired or showed an outage, or ``None`` at the deadline.
         A head waits first while a lock of ours is held (a ``hint``), and after a release
@@ -313,38 +287,35 @@ class Waiting:
         follow that release on every connection and win, before the process named heard
         of its turn.
         """
-        wait_first = wait.hint is not None or wait.queue.gave_way is not None
+        queue = wait.queue
+        wait.tried = wait.hint is not None or wait.queue.gave_way is not None
         while True:
-            if wait_first:
-                wait_first = False
-            else:
-                result = await self._next_outcome(wait, attempt)
+            act, seconds = next_act(wait, self._clock)
+            if act is Act.GIVE_UP:
+                return None
+            if act is Act.SLEEP:
+                await self._doze(queue, seconds)
+                wait.tried = False
+                continue
+            if act is Act.HOLD_BACK:
+                wait.held_back = True
+                with anyio.move_on_after(seconds):
+                    await queue.wake.wait()
+                continue
+            wait.held_back = False
+            result: _A | None
+            if act is Act.TAKE:
+                result = await self._take_handoff(wait)
                 if result is None:
-                    continue  # claimed while holding back: its handoff decides
-                if result.expires_at is not None or result.outage:
-                    return result
-                wait.hint = result.holder_ttl()
-            sleep = self._sleep(wait)
-            if sleep is None:
-                return None
-            await self._doze(wait.queue, sleep)
+                    continue  # it failed: the head tries as usual
+            else:
+                result = await self._try(wait, attempt)
+            if result.expires_at is not None or result.outage:
+                return result
+            wait.hint = result.holder_ttl()
+            wait.tried = True
 
-    async def _next_outcome(self, wait: _Wait, attempt: Callable[[], Awaitable[_A]]) -> _A | None:
-        """A handoff's outcome if a release claimed the head's offer, else its own attempt.
-
-        ``None``: a release claimed the offer while the head held back.
-        """
-        result: _A | None = None
-        offer = wait.offer
-        if offer is not None and offer.claimed:
-            result = await self._take_handoff(wait)
-        if result is None:
-            if await self._hold_back(wait):
-                return None
-            result = await self._try(wait, attempt)
-        return result
-
-    async def _take_handoff(self, wait: _Wait) -> Any:
+    async def _take_handoff(self, wait: Wait) -> Any:
         """The outcome of a handoff to the head (passed the lock, or ``None``: it failed)."""
         offer = wait.offer
         assert offer is not None  # noqa: S101 - claimed
@@ -352,23 +323,7 @@ class Waiting:
         wait.offer = wait.queue.takers[wait.turn] = Taker(offer.token, offer.ttl)
         return None if result.expires_at is None else result  # (failed: try as usual)
 
-    async def _hold_back(self, wait: _Wait) -> bool:
-        """Wait while our process gave the turn to another (its turn, polled).
-
-        Returns whether a release of ours claimed the head's offer meanwhile.
-        """
-        queue, offer, deadline = wait.queue, wait.offer, wait.deadline
-        back = queue.holding_back(self._clock)
-        while back > 0 and not queue.wake.is_set():
-            with anyio.move_on_after(min(back, deadline - self._clock())):
-                await queue.wake.wait()
-            # (Again if ours gave way again meanwhile.)
-            back = queue.holding_back(clock=self._clock)
-            if (offer is not None and offer.claimed) or self._clock() >= deadline:
-                break
-        return offer is not None and offer.claimed  # claimed meanwhile: its handoff decides
-
-    async def _try(self, wait: _Wait, attempt: Callable[[], Awaitable[_A]]) -> _A:
+    async def _try(self, wait: Wait, attempt: Callable[[], Awaitable[_A]]) -> _A:
         """The head's own attempt; after a split vote, the pause before the next one."""
         queue, offer = wait.queue, wait.offer
         queue.wake.clear()
@@ -383,17 +338,6 @@ class Waiting:
             wait.splits += 1  # (the next pause twice as long)
             await anyio.sleep(min(pause, max(0.0, wait.deadline - self._clock())))
         return result
-
-    def _sleep(self, wait: _Wait) -> float | None:
-        """How long the head sleeps unless woken (``None``: the deadline has passed)."""
-        left = wait.deadline - self._clock()
-        if left <= 0:
-            return None
-        hint = wait.hint
-        sleep = UNKNOWN_HOLDER_WAIT if hint is None else hint + EXPIRY_SLACK
-        if wait.queue.polling():
-            sleep = min(sleep, POLL_INTERVAL)  # a release may go unheard
-        return min(left, sleep * random.uniform(1.0, 1.1))
 
     async def _doze(self, queue: Queue, sleep: float) -> None:
         """Sleep ``sleep`` seconds unless woken.
@@ -412,7 +356,7 @@ class Waiting:
             if queue.wake.is_set() or sleep <= 0 or queue.deaf():
                 return
 
-    def _won(self, wait: _Wait, result: Outcome, *, exclusive: bool) -> None:
+    def _won(self, wait: Wait, result: Outcome, *, exclusive: bool) -> None:
         """The head acquired: its turn and offer are used, the next waiter's turn set."""
         # (A lease's votes are no node's: its offer was taken nowhere.)
         if isinstance(result, Attempt) and result.token is None:

@@ -13,6 +13,7 @@ import redis.asyncio as redis
 
 import aiolock
 import aiolock._lua
+import aiolock._waiting.head
 import aiolock._waiting.queue
 import aiolock._waiting.turns
 import aiolock._waiting.waiting
@@ -221,7 +222,7 @@ async def test_a_named_process_taken_out_of_line_as_its_lock_expired_joins_again
     _no_refresh_meanwhile(monkeypatch)
     # The waiter of the process named tries after the other's fallback (0.5 s), though
     # the holder's key expired before it (0.3 s).
-    monkeypatch.setattr(aiolock._waiting.waiting, "EXPIRY_SLACK", 1.0)
+    monkeypatch.setattr(aiolock._waiting.head, "EXPIRY_SLACK", 1.0)
     async with contextlib.AsyncExitStack() as stack:
         line = await two_in_line(stack, urls, clients, name, first_ttl=0.3)
         named, short, other_lock = line.first, line.first_lock, line.second_lock
