@@ -117,7 +117,7 @@ class Engine:
             soon=soon,
         )
         # The renewal shares each node's one ordered connection with every other command
-        # of ours (issue 31): at a node, the commands of one lock then apply in the order
+        # of ours: at a node, the commands of one lock then apply in the order
         # they were sent, so an extend() given up on and landing late is applied before
         # any renewal sent after it, never after (it would cut the renewed key). What it
         # costs: a renewal batch written before an acquire is run before it (the node

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import io
+import re
 import tokenize
 from functools import cache
 from pathlib import Path
@@ -278,6 +279,33 @@ def test_no_two_classes_of_the_package_share_a_name() -> None:
                     twice.append((node.name, seen[node.name], where))
                 seen.setdefault(node.name, where)
     assert twice == []
+
+
+#: How history reads in text: a seed that failed, an issue's number, a session.
+HISTORY = re.compile(r"\bseeds? (?:v\d+:)?\d{4,}|\bissue \d+|\b[a-z]+th session\b")
+
+
+def test_the_package_and_the_guides_say_what_is_not_how_it_came_to_be() -> None:
+    # History lives in CHANGELOG.md, commit messages and docs/project/findings.md (with
+    # the engineering log and the performance history): a comment or a guide gives the
+    # reason itself, not the seed or the issue that taught it.
+    root = PACKAGE.parent
+    history = {"changelog.md", "engineering-log.md", "findings.md", "performance-history.md"}
+    texts = [
+        *PACKAGE.rglob("*.py"),
+        *PACKAGE.rglob("*.lua"),
+        root / "README.md",
+        root / "CONTRIBUTING.md",
+        *(p for p in (root / "docs").rglob("*.md") if p.name not in history),
+    ]
+    found = [
+        f"{path.relative_to(root)}:{n}: {match.group(0)}"
+        for path in texts
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        for match in [HISTORY.search(line)]
+        if match is not None
+    ]
+    assert found == []
 
 
 def test_no_function_of_the_package_is_excused_from_the_function_limits() -> None:

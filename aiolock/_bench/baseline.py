@@ -43,7 +43,7 @@ print(json.dumps(figures))
 """
 )
 
-#: The figures compared, by (run index, field): issue 17's table.
+#: The figures compared, by (run index, field).
 FIGURES = (
     ("16 tasks, 1 process: critical sections/s", 0, "per_second"),
     ("16 tasks, 1 process: scripts per section", 0, "scripts_per_section"),

@@ -120,8 +120,7 @@ class LockMany(BaseHandle):
 
         All of them even if the caller is cancelled meanwhile, the cancellation
         re-raised once they are done (as ``Lock.release`` does for one): stopped at the
-        first, the others stayed held and renewed, by a handle that no longer owned
-        them (issue 32, found by the simulation).
+        first, the others stayed held and renewed, by a handle that no longer owned them.
         """
         first: LockError | None = None
         cancelled: BaseException | None = None

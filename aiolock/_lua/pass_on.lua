@@ -5,7 +5,7 @@
 -- the lock is not free for anyone else; unless the waiter's ttl is shorter than the
 -- key has left, which is announced as a shortening EXTEND is (SHORTENED): the waiters
 -- of other processes sleep on the longer PTTL their attempts learnt, and the waiter's
--- lock may expire unreleased (seed 281474996725057).
+-- lock may expire unreleased.
 -- KEYS[1] lock key, KEYS[2] its fencing counter, KEYS[3] (optional) its turn queue
 -- ARGV[1..4] as for ACQUIRE, for the waiter (its token, ttl, ...); ARGV[5] the old token
 -- ARGV[6] how many fencing tokens to reserve above the waiter's, for the handoffs that

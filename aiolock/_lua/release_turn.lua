@@ -21,7 +21,7 @@
 -- its connections closed) is undone, the process taken out of line, and every waiter
 -- may try; a *tentative* offer's (its sequence number ends in ``*``: sent before
 -- every node confirmed the process's subscription to its grants, so the node may not
--- have it yet) is undone too, but the process stays in line (seed 17592196048300).
+-- have it yet) is undone too, but the process stays in line.
 -- Each offer is used once.
 -- KEYS[1] lock key, KEYS[2] its fencing counter, KEYS[3] the turn queue, KEYS[4] the
 --         entries' expiries, KEYS[5] the offers

@@ -11,10 +11,10 @@
 -- was named and did not use its turn is taken out by one that went in its place. Not
 -- while the lock is held: then the process named most likely took it (and holds it
 -- longer than the others' fallback), and out of line it would let the next holder's
--- handoffs find nobody else waiting (a streak run to LONE_STREAK: seed 549755813917).
+-- handoffs find nobody else waiting (a streak run to LONE_STREAK).
 -- The process taken out is told on its grant channel (``out``): alive and waiting (it
 -- may have used its turn, and held the lock until it expired just before the other's
--- fallback: seed 35184372089874), it joins again at its place at once, not at its
+-- fallback), it joins again at its place at once, not at its
 -- next refresh (see TurnEntry.taken_out).
 -- KEYS[1] the turn queue, KEYS[2] the entries' expiries, KEYS[3] the offers, KEYS[4]
 -- (only to take another process out) the lock

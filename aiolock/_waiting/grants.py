@@ -21,7 +21,7 @@ message, where it took a release, a message and an attempt. The rules:
 * **A grant the head's own clean-up may have deleted never counts**: when the head's
   attempt (same token) fails, it releases the token on the nodes that may hold it,
   grants included; those nodes' grants, heard before or after (pub/sub is another
-  connection), no longer count for the offer (issue 32).
+  connection), no longer count for the offer.
 * **A grant nobody can take is given back** on every node (and everyone may try):
   its head left, or was passed the lock by its own process meanwhile. A grant no
   process receives (it is gone) is undone by the node itself.
@@ -30,15 +30,14 @@ message, where it took a release, a message and an attempt. The rules:
   come; its release deletes them with the rest. A late grant of a token taken and
   no longer held is given back on its own node alone: where it was not taken, or
   where the grant is newer than the taking (a greater fencing token: the offer in
-  line still named the token, and a release granted it again; issue 32).
+  line still named the token, and a release granted it again).
 * **Only what is held must be remembered exactly.** Which tokens are held
   (``_held``) is exact and holds one entry per lock held through this manager (a
   lease passes the entry on with the token; a release, handoff, detach or a new
   acquisition of the handle drops it). The other memories are bounded and forget
-  safely: a token forgotten from ``_taken`` is one nobody holds, so giving it back
-  everywhere deletes nothing a holder believes valid (issue 31: checking ``_taken``
-  before ``_held`` deleted a live holder's key once the token was forgotten); an
-  offer forgotten by ``Turns`` makes its late grants unreadable, and they stay on
+  safely: ``_held`` is read before them, so a token forgotten from ``_taken`` and not in
+  ``_held`` is one nobody holds, and giving it back everywhere deletes nothing a holder
+  believes valid; an offer forgotten by ``Turns`` makes its late grants unreadable, and they stay on
   their node until their ttl (a lock idle that long, never two holders).
 """
 
@@ -211,8 +210,8 @@ class Grants:
 
         A grant of ``token`` those nodes made before is deleted by that release, and one
         heard from them from now on may be such a grant, come late: none of these nodes
-        counts for the offer any more (issue 32: counted, they made a quorum of grants
-        the nodes no longer held). Costs at most an attempt, never a holder.
+        counts for the offer any more (counted, they could make a quorum of grants the nodes
+        no longer hold). Costs at most an attempt, never a holder.
         """
         if not nodes:
             return

@@ -1,4 +1,4 @@
-"""Handoffs within a process that send nothing: the lease (issue 17).
+"""Handoffs within a process that send nothing: the lease.
 
 A handoff to a waiter of the same process (``PASS_ON``, see _waiting/handoff.py) still costs
 a round trip to the nodes, which the next holder waits for: that round trip, not the
@@ -27,7 +27,7 @@ same validity) with the next reserved fencing token.
   renewals', every ``extend()``'s): one of them still in flight, or given up on, may
   land after the lease and keep the key that long from then. A shorter extension in
   flight lowered the holder's validity when it was sent (``Hold.begin_extension``),
-  so the waiter inherits at most what it leaves (issue 31).
+  so the waiter inherits at most what it leaves.
   Otherwise the handoff is a ``PASS_ON``,
   which brings a fresh ttl and a new reserve.
 - Leases count in the streak of handoffs within the process (``Waiting.released``),
