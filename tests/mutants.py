@@ -1238,6 +1238,17 @@ MUTANTS = [
         ),
     ),
     Mutant(
+        "a reply read after a callback reset its connection still reaches its callback",
+        "node.py",
+        "            if protocol is not self._protocol:\n"
+        "                return  # a callback reset the connection",
+        "            if False:\n                return  # a callback reset the connection",
+        (
+            "tests/test_node_io.py::"
+            "test_a_reply_read_after_a_callback_reset_its_connection_is_not_delivered",
+        ),
+    ),
+    Mutant(
         "a request written after a block inside its write is timed from before the block",
         "node.py",
         "                if written - now > self._request_timeout:",

@@ -330,3 +330,32 @@ async def test_a_script_first_used_while_the_node_is_down_still_runs_in_order(
         last: asyncio.Future[Any] = loop.create_future()
         node.call((b"GET", key), last.set_result)
         assert await last == b"second"  # the script ran first, as sent
+
+
+async def test_a_reply_read_after_a_callback_reset_its_connection_is_not_delivered(
+    urls: list[str],
+) -> None:
+    # A callback may reset the node's connection as it runs (a request it sends finds
+    # the oldest one waiting past the stall timeout): every request still waiting has
+    # failed with the reset. The replies read in the same chunk, behind the one that
+    # ran the callback, belong to that connection: none may reach a callback again (a
+    # second answer, a reply after an error, would be taken for news).
+    async with LockManager(urls[:1], restart_grace=0) as locks:
+        node = await _connected(locks)
+        calls: list[Any] = []
+
+        def reset_by_callback(reply: Any) -> None:
+            calls.append(("first", reply))
+            node._reset(ConnectionError("reset by a callback"))
+
+        node.call((b"PING",), reset_by_callback)
+        node.call((b"PING",), lambda reply: calls.append(("second", reply)))
+        await asyncio.sleep(0)  # (the iteration's end: both written)
+        time.sleep(0.2)  # both replies wait in the socket: one read takes them together
+        async with asyncio.timeout(5):
+            while len(calls) < 2:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # (a second answer would come now)
+        assert calls[0] == ("first", b"PONG")
+        assert [who for who, _ in calls] == ["first", "second"], calls
+        assert isinstance(calls[1][1], ConnectionError)

@@ -391,6 +391,8 @@ class Node(ReplyReader):
             if self._refused is not None and callback != self._on_info:
                 reply = self._refused
             callback(reply)
+            if protocol is not self._protocol:
+                return  # a callback reset the connection: its replies failed already
 
     def on_lost(self, protocol: ReplyProtocol, exc: Exception | None) -> None:
         if not self._current(protocol):
