@@ -133,6 +133,13 @@ REGRESSIONS: list[tuple[int | str, list[int] | None, str]] = [
         "the acquire began",
     ),
     (
+        "v4:153554423610399",
+        [0, 2, 3],
+        "checker: a head that could not hear a release yet (its subscription held back) "
+        "held back until the fallback after its process's release named another, as "
+        "documented, and was counted as not woken at the quorum's expiry",
+    ),
+    (
         "v4:227648486930944",
         [3, 4],
         "checker: the only node restarted empty while a stall held the acquire's reply "

@@ -9,7 +9,11 @@
   quorum is free (the k-th shortest among the nodes that said "held", k the quorum
   less the nodes that did not: ``Attempt.holder_ttl``), with the library's slack and
   jitter, the clocks' drift and :data:`SLACK`; unless a wait of that process for the
-  lock ends or one of its tasks takes the lock meanwhile, or the process dies.
+  lock ends or one of its tasks takes the lock meanwhile, or the process dies. After a
+  release of that process named another ("a head that cannot hear a release yet tries
+  again at least every 0.5 s (...) no sooner than 0.5 s after a release of its own
+  process that named another"), no later than the fallback after that release, with
+  :data:`SLACK`, if that is later.
 
 Judged where the liveness rules are (live.py: no fault but deaths, late subscriptions
 and dropped pub/sub connections, and the library's real memory sizes; clusters too),
@@ -30,9 +34,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aiolock._lua import ACQUIRE_SCRIPT
+from aiolock._core.keys import RELEASED_SUFFIX, grant_channel
+from aiolock._lua import ACQUIRE_SCRIPT, RELEASE_TURN_SCRIPT
 
-from .promised import EXPIRY_SLACK, UNKNOWN_HOLDER_WAIT
+from .promised import EXPIRY_SLACK, FALLBACK, UNKNOWN_HOLDER_WAIT
 
 if TYPE_CHECKING:
     from .live import Liveness
@@ -42,6 +47,9 @@ if TYPE_CHECKING:
 KEY = b"aiolock:{%s}"
 #: The sha of the plain lock's attempt (SimNode._execute calls :meth:`Sleeps.ran`).
 ACQUIRE_SHA = ACQUIRE_SCRIPT.sha
+#: The sha of a plain lock's release that names the next process in line.
+RELEASE_TURN_SHA = RELEASE_TURN_SCRIPT.sha
+_GRANTS = grant_channel(b"", b"")
 #: The library's jitter on its sleep (up to 10 % more), and the nodes' clock rates
 #: (within 1 ± 0.009: run.DRIFT), as a factor (its margin: EXPIRY_SLACK).
 STRETCH = 1.1 * 1.02
@@ -63,6 +71,8 @@ class Sleeps:
         #: (process, key) -> when its last failed attempt ended, by when it must try
         #: again, the k-th shortest PTTL it read (ms) and each node's reply.
         self.due: dict[tuple[int, bytes], tuple[float, float, int, list[Any]]] = {}
+        #: (process, key) -> when a release of that process last named another process.
+        self.gave_way: dict[tuple[int, bytes], float] = {}
 
     def ran(self, node: int, process: int, command: list[bytes], reply: Any) -> None:
         """Node ``node`` ran ``process``'s ``ACQUIRE`` ``command``, replying ``reply``."""
@@ -92,7 +102,35 @@ class Sleeps:
         kth = pttls[max(1, quorum - (n - len(pttls))) - 1] if pttls else 0
         sleep = (kth / 1000 + EXPIRY_SLACK) * STRETCH if pttls else UNKNOWN_HOLDER_WAIT * 1.1
         ordered = [replies[i] for i in range(n)]
-        self.due[(process, key)] = (now, now + sleep + SLACK, kth, ordered)
+        by = max(now + sleep, self.gave_way.get((process, key), -FALLBACK) + FALLBACK)
+        self.due[(process, key)] = (now, by + SLACK, kth, ordered)
+
+    def released(self, process: int, command: list[bytes], messages: list[Any]) -> None:
+        """A node ran ``process``'s ``RELEASE_TURN`` ``command``, publishing ``messages``
+        ((channel, message) pairs): where it named another process, the due moves on."""
+        key = command[3]
+        # Its own member, when the releasing process is in line (numkeys 5, ARGV[5]).
+        member = command[12] if command[2] == b"5" and len(command) > 12 else None
+        for channel, message in messages:
+            if channel == key + RELEASED_SUFFIX:
+                named = message
+            elif channel.startswith(key + _GRANTS):
+                named = channel[len(key + _GRANTS) :]
+            else:
+                continue
+            if named and named != member:
+                now = self.world.now
+                self.gave_way[(process, key)] = now
+                due = self.due.get((process, key))
+                if due is not None:
+                    ended, by, kth, replies = due
+                    self.due[(process, key)] = (
+                        ended,
+                        max(by, now + FALLBACK + SLACK),
+                        kth,
+                        replies,
+                    )
+                return
 
     def _waiting(self, process: int, key: bytes) -> bool:
         """Whether a wait of ``process`` for the lock of ``key`` is under way."""

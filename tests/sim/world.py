@@ -61,7 +61,7 @@ from .plan import Plan
 from .promised import WATCHDOG
 from .resource import Resource
 from .server import Error, Status, Store, ZSet, encode
-from .sleeps import ACQUIRE_SHA, Sleeps
+from .sleeps import ACQUIRE_SHA, RELEASE_TURN_SHA, Sleeps
 from .subs import Subscriptions
 
 #: Which simulated process (manager) is running: set by the workload, read on connect.
@@ -864,8 +864,12 @@ class SimNode:
                 subs.check_announced()
             if subs.wake_due:
                 subs.check_woken()
-        if sha == ACQUIRE_SHA and self.world.sleeps is not None:
-            self.world.sleeps.ran(self.index, link.process, command, reply)
+        sleeps = self.world.sleeps
+        if sleeps is not None:
+            if sha == ACQUIRE_SHA:
+                sleeps.ran(self.index, link.process, command, reply)
+            elif sha == RELEASE_TURN_SHA:
+                sleeps.released(link.process, command, self.messages)
         if sha in GIVEN_SHAS and self.world.given is not None:
             self.world.given.ran(link, sha, command, reply, self.messages)
         if reply is not _NO_REPLY:
