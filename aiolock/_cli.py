@@ -325,7 +325,7 @@ def _bench_arguments(bench: argparse.ArgumentParser) -> None:
         help="compare the contention figures with another aiolock, interleaved: a checkout "
         "(say a git worktree of main) or a Python that has it installed",
     )
-    bench.add_argument("--baseline-rounds", type=int, default=3, metavar="N")
+    bench.add_argument("--baseline-rounds", type=int, default=4, metavar="N")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -60,7 +60,7 @@ def main(
     semaphore_limits: Sequence[int] = (),
     use_uvloop: bool = False,
     baseline: str | None = None,
-    baseline_rounds: int = 3,
+    baseline_rounds: int = 4,
 ) -> int:
     """Run the benchmarks and print them (only the comparison, given a ``baseline``)."""
     run = runner(use_uvloop)
