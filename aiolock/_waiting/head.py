@@ -1,4 +1,4 @@
-"""What the head of a local queue does next: a pure step, decided without I/O.
+"""What the head of a local queue does next: one step, decided without I/O.
 
 The head of a queue (see _waiting/waiting.py) loops until it holds the lock, sees an
 outage, or reaches its deadline. Each turn of that loop is one *act*:
@@ -79,7 +79,8 @@ def next_act(wait: Wait, clock: Callable[[], float]) -> tuple[Act, float]:
     A claimed offer is taken before anything else: an attempt of the head's own would
     race the handoff with the same token (see ``Taker``). A head holds back only while
     nothing woke it; once it has held back, not past its deadline (it then tries, once).
-    ``clock`` is read only where the act depends on it.
+    ``clock`` is read only where the act depends on it; a sleep draws its jitter (up
+    to 10 % more) from ``random``.
     """
     queue = wait.queue
     if wait.tried:
