@@ -1,4 +1,4 @@
-"""``python -m aiolock._bench contend SECONDS COUNTER URL...``: one contention worker."""
+"""``python -m aiolock._bench contend SECONDS COUNTER OUTPUT URL...``: one contention worker."""
 
 import sys
 

@@ -164,19 +164,28 @@ async def run_contention(
             with open(counter, "wb"):  # noqa: ASYNC230
                 pass
             before = await scripts()
-            args = ["-m", "aiolock._bench", "contend", str(seconds), counter, *nodes]
+            # Each worker writes its sections to a file of its own, not to a pipe that
+            # this event loop must drain while the others still run.
+            outputs = [os.path.join(tmp, f"sections-{i}.json") for i in range(4)]
             procs = [
                 await asyncio.create_subprocess_exec(
-                    sys.executable, *args, stdout=asyncio.subprocess.PIPE
+                    sys.executable,
+                    "-m",
+                    "aiolock._bench",
+                    "contend",
+                    str(seconds),
+                    counter,
+                    output,
+                    *nodes,
                 )
-                for _ in range(4)
+                for output in outputs
             ]
             sections = []
-            for proc in procs:
-                stdout, _ = await proc.communicate()
-                if proc.returncode:  # pragma: no cover
+            for proc, output in zip(procs, outputs, strict=True):
+                if await proc.wait():  # pragma: no cover
                     raise RuntimeError("a contention worker process failed")
-                sections.extend((a, b, c) for a, b, c in json.loads(stdout))
+                with open(output, "rb") as f:  # noqa: ASYNC230
+                    sections.extend((a, b, c) for a, b, c in json.load(f))
             out.append(_analyse("4 processes x 4 tasks", 4, 4, sections, _read(counter)))
             out[-1].scripts_per_section = (await scripts() - before) / max(1, len(sections))
         floor = await Floor.open(nodes)
@@ -251,8 +260,10 @@ async def run_waiters(urls: Sequence[str] | None = None, *, waiters: int = 1000)
 
 
 def worker_main(argv: Sequence[str]) -> int:
-    seconds, counter, *nodes = argv
+    """One worker of the 4 x 4 run: contend, then write the sections to ``output``."""
+    seconds, counter, output, *nodes = argv
     run = runner(os.environ.get(UVLOOP_ENV) == "1")
     sections = run(_contend(nodes, "bench:contention:4", 4, float(seconds), counter))
-    print(json.dumps(sections))
+    with open(output, "w") as f:
+        json.dump(sections, f)
     return 0
