@@ -10,7 +10,8 @@ may use is the attributes and methods below, nothing private:
   across processes, ``None`` on Redis Cluster);
 * ``clock`` (monotonic seconds), ``key(name)`` (the key layout, from _core/keys.py),
   ``emit(...)`` (the ``on_event`` hook and the log), ``quorum_error(...)``;
-* ``check_open()``, ``connected`` / ``connect()`` (the first contact, once),
+* ``check_open()``, ``open()`` (refuses once closed; connects on first use),
+  ``connected`` / ``connect()`` (the first contact, once),
   ``ttl_used(ttl)`` (validates a ttl and remembers the longest, for the restart grace).
 """
 
@@ -178,6 +179,15 @@ class Engine:
         if self.closed:
             raise RuntimeError("the lock manager is closed")
 
+    async def open(self) -> None:
+        """Raise ``RuntimeError`` once the manager is closed; else connect, on first use.
+
+        Callers on a hot path test ``closed or not connected`` first: then a call that
+        has nothing to do costs no coroutine.
+        """
+        self.check_open()
+        await self.connect()
+
     def ttl_used(self, ttl: object, what: str = "ttl") -> float:
         """Validate a ttl, and remember the longest (it sets the restart grace)."""
         checked = check_ttl(ttl, self.node_timeout, what)
@@ -224,9 +234,7 @@ class Engine:
 
     async def inspect(self, name: str) -> tuple[LockInfo, Votes]:
         """Every node's view of the lock ``name`` (one read-only script each)."""
-        self.check_open()
-        if not self.connected:
-            await self.connect()
+        await self.open()
         key = self.key(name)
         start = self.clock()
         votes = await self.quorum.ask(INSPECT_SCRIPT, (b"2", key, fence_key(key)))

@@ -379,9 +379,8 @@ class LockManager:
     # -- life cycle -------------------------------------------------------------------
 
     async def __aenter__(self) -> LockManager:
-        self._engine.check_open()
         try:
-            await self._engine.connect()
+            await self._engine.open()
         except BaseException:
             await self.aclose()
             raise

@@ -457,8 +457,13 @@ async def test_closed_manager_refuses_acquire(urls: list[str], name: str) -> Non
     await lock.release()
     await locks.aclose()
     assert locks.closed
-    with pytest.raises(RuntimeError):
+    with pytest.raises(RuntimeError, match="closed"):
         await lock.acquire(timeout=0)
+    with pytest.raises(RuntimeError, match="closed"):
+        await locks.inspect(name)
+    with pytest.raises(RuntimeError, match="closed"):
+        async with locks:
+            pass
 
 
 async def test_manager_usable_without_async_with_connects_lazily(

@@ -144,9 +144,8 @@ class BaseHandle(Configured):
         if self._busy():
             raise RuntimeError(f"{self._what} is already held by this handle")
         engine = self._engine
-        engine.check_open()
-        if not engine.connected:
-            await engine.connect()
+        if engine.closed or not engine.connected:
+            await engine.open()
         self._acquiring = True
         try:
             return await self._acquire(wait)

@@ -303,9 +303,8 @@ class Lock(BaseHandle):
     async def _attach(self, ticket: Ticket) -> None:
         """Take over the detached lock of ``ticket`` (see :meth:`LockManager.attach`)."""
         engine = self._engine
-        engine.check_open()
-        if not engine.connected:
-            await engine.connect()
+        if engine.closed or not engine.connected:
+            await engine.open()
         token = secrets.token_bytes(TOKEN_BYTES)
         start = engine.clock()
         votes, expires_at = await engine.hand_over(self._key, ticket.token, self._ttl, token)
