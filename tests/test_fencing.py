@@ -127,7 +127,7 @@ class FencingModel(RuleBasedStateMachine):
         self.holder: bytes | None = None
         self.tokens: list[int] = []
         # Nodes that failed (down, or restarted empty) since the last acquisition
-        # began: the promise holds while they are a minority (see _core/fencing.py).
+        # began: the promise holds while they are a minority (see safety.md, "Fencing tokens").
         self.failed: set[int] = set()
 
     def teardown(self) -> None:

@@ -109,7 +109,7 @@ async def test_a_lease_hands_out_reserved_tokens_above_any_later_holder_s_floor(
 ) -> None:
     # The lease's tokens are reserved on a quorum by the PASS_ON before them: a holder
     # after the last lease holder died gets a greater token, even with a clock so far
-    # behind that its floor counts for nothing (see _core/fencing.py). A 30 s ttl: a lease
+    # behind that its floor counts for nothing (safety.md, "Fencing tokens"). A 30 s ttl: a lease
     # is made only within 1 % of it (300 ms) of the PASS_ON, which a busy box can take.
     waiters, tasks = await _passed_on(locks, name, ttl=30.0)
     passed_on = {await client.get(key(name)) for client in clients}

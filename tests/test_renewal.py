@@ -808,7 +808,7 @@ async def test_a_renewal_that_wins_puts_the_key_back_where_a_minority_lost_it(
         assert held == [ours, b"someone-else", ours, ours, ours], held
         assert 0 < await clients[0].pttl(key(name)) <= ttl * 1000
         assert int(await clients[0].get(fence_key) or 0) == fence
-        # The counter outlives the lock, as every acquire's does (see _core/fencing.py).
+        # The counter outlives the lock, as every acquire's does (_core/keys.py).
         assert await clients[0].pttl(fence_key) > 100 * ttl * 1000 - 5_000
         # Renewed, not only re-created: the repaired key's ttl is refreshed too.
         await asyncio.sleep(ttl)

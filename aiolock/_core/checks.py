@@ -24,7 +24,7 @@ __all__ = [
 ]
 
 #: The longest ttl (and ``max_hold``), in seconds: a year. Far inside what ``PX`` takes,
-#: with the fencing counter's retention (100 x ttl, see _core/fencing.py) inside it too.
+#: with the fencing counter's retention (100 x ttl, see _core/keys.py) inside it too.
 MAX_TTL: Final = 365 * 24 * 3600.0
 #: The longest lock name, in UTF-8 bytes. A name is in every key and request of the
 #: lock: a huge one would hold up the other requests queued on each node's connection.

@@ -4,7 +4,8 @@ A lock name is a hash tag, ``<prefix>{<name>}``, so that every key of one name m
 one slot of a Redis Cluster (and a script may touch them all):
 
 - ``<key>``: the lock (its value the holder's token);
-- ``<key>:fence``: the name's fencing counter (see ``_core/fencing.py``);
+- ``<key>:fence``: the name's fencing counter, kept :func:`fence_retention` after its last
+  use (why tokens increase: docs/explanation/safety.md, "Fencing tokens");
 - ``<key>:released``: the channel that announces a release (the scripts build it from
   ``KEYS[1]`` the same way: ``tests/test_redis_seam.py`` checks they agree);
 - ``<key>:turns``, ``<key>:turns:live``: the processes waiting for the name, in turn
@@ -24,9 +25,11 @@ from typing import Final
 
 __all__ = [
     "FENCE_SUFFIX",
+    "MIN_RETENTION",
     "RELEASED_SUFFIX",
     "RWKeys",
     "fence_key",
+    "fence_retention",
     "grant_channel",
     "lock_key",
     "release_channel",
@@ -47,6 +50,19 @@ def lock_key(prefix: bytes, name: str) -> bytes:
 def fence_key(key: bytes) -> bytes:
     """The fencing counter of the lock ``key``."""
     return key + FENCE_SUFFIX
+
+
+#: Least time a fencing counter is kept after its last use.
+MIN_RETENTION: Final = 3600.0
+
+
+def fence_retention(ttl: float) -> float:
+    """How long a name's fencing counter outlives its last acquisition, in seconds.
+
+    Long enough that clocks of the nodes agree much better than that; short enough
+    that a name used once (a row id, an order id) does not cost memory forever.
+    """
+    return max(MIN_RETENTION, 100 * ttl)
 
 
 def release_channel(key: bytes) -> bytes:

@@ -7,7 +7,7 @@
 -- ARGV[3] how long the counter is kept after its last use, in milliseconds
 -- ARGV[4] the acquirer's clock in microseconds: the floor of the fencing token
 -- returns {1, fence} when the key was set (the lock taken on this node): fence is
---         max(counter + 1, ARGV[4]), also stored as the counter (see _fencing.py); the
+--         max(counter + 1, ARGV[4]), also stored as the counter (see _fence.lua); the
 --         same when the key already held this very token (a release granted it to this
 --         attempt's process, see RELEASE_TURN: its expiry is reset to ARGV[2]);
 --         {0, pttl, holder} when held by someone else: the holder's remaining time to

@@ -26,7 +26,7 @@
 -- KEYS[1] lock key, KEYS[2] its fencing counter, KEYS[3] the turn queue, KEYS[4] the
 --         entries' expiries, KEYS[5] the offers
 -- ARGV[1] token, ARGV[2] the releaser's clock in microseconds (the fencing floor, see
---         _fencing.py); when the releasing process is in line: ARGV[3] how long the
+--         _fence.lua); when the releasing process is in line: ARGV[3] how long the
 --         queue's keys live, in ms, ARGV[4] its place and ARGV[5] its member, and
 --         ARGV[6..9] (optional) its head's offer: seq, ttl ms, retention ms, token
 --         (without: its offer is taken out)

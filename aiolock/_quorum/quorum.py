@@ -28,8 +28,8 @@ from typing import Any
 from .._core.batch import BatchVotes, as_extended, batch_chunks, chunk_args, extend_one
 from .._core.calls import Callback, Soon, ignore
 from .._core.cancel import shielded
-from .._core.fencing import fence_retention
 from .._core.keys import fence_key as fence_key_of
+from .._core.keys import fence_retention
 from .._core.votes import (
     Attempt,
     Classifier,
@@ -81,7 +81,8 @@ class Quorum:
     ) -> None:
         self.nodes = tuple(nodes)
         self.names = tuple(node.name for node in self.nodes)
-        #: Seconds since the epoch, for fencing floors (see _core/fencing.py); read at init.
+        #: Seconds since the epoch, for fencing floors (safety.md, "Fencing tokens"); read
+        #: at init.
         self.wall_clock = time.time if wall_clock is None else wall_clock
         self.n = len(self.nodes)
         self.quorum = quorum_size(self.n)
@@ -176,9 +177,10 @@ class Quorum:
     ) -> Attempt:
         """One acquire attempt: ``SET key token NX PX ttl`` (in a script) on every node.
 
-        A won attempt also gets a fencing token (see ``_core/fencing.py``). On failure
-        (or cancellation) the key is released again on every node that may hold it,
-        and the clean-up is waited for before returning (or raising). ``script``, with
+        A won attempt also gets a fencing token (docs/explanation/safety.md, "Fencing
+        tokens"). On failure (or cancellation) the key is released again on every node
+        that may hold it, and the clean-up is waited for before returning (or raising).
+        ``script``, with
         ``more_keys`` and ``more_args`` after the usual ones, replaces the plain acquire
         (the read-write lock's); ``keys_asked`` reads the keys a reply asks to declare
         (see ``keys_asked.py``); ``cleanup``: how the clean-up releases, when not with

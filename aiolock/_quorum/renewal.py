@@ -43,9 +43,8 @@ from .._core.calls import ignore
 from .._core.checks import shown
 from .._core.errors import LockLost, LockNotOwned, QuorumError
 from .._core.events import Emit, logger
-from .._core.fencing import fence_retention
 from .._core.hold import Hold
-from .._core.keys import fence_key
+from .._core.keys import fence_key, fence_retention
 from .._core.votes import milliseconds
 from .._lua import REPAIR_SCRIPT
 from .quorum import Quorum

@@ -11,7 +11,8 @@ message, where it took a release, a message and an attempt. The rules:
   A node grants only an offer with at least half its ttl left.
 * **A quorum of nodes, not vetoed (restart quarantine), must have granted the same
   token with the same fencing token** before the head takes it; each node's grant
-  advanced its counter as an acquire does, so tokens still increase (see _core/fencing.py).
+  advanced its counter as an acquire does, so tokens still increase (safety.md,
+  "Fencing tokens").
 * **Anything less, the head settles with an attempt of its own, with the same token**:
   a node that granted it answers yes (``ACQUIRE`` on its own token), the others as
   usual. So grants split between processes (nodes that disagree on the line), grants

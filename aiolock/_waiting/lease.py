@@ -16,7 +16,7 @@ same validity) with the next reserved fencing token.
 - **Fencing tokens still increase.** A token handed out by a lease is at most the
   reserve, which a quorum's counters reached (the nodes that returned the taker's own
   token, each left at token + reserve) with the key set by the same script: the
-  majority-intersection argument of ``_core/fencing.py`` holds for every reserved token as
+  majority-intersection argument (safety.md, "Fencing tokens") holds for every reserved token as
   for the taker's. A reserve confirmed on fewer than a quorum is not used.
 - **Validity.** The waiter's is the holder's: it counts from when the request that set
   it was sent, as any validity does. A lease is made only while that leaves the
@@ -32,7 +32,7 @@ same validity) with the next reserved fencing token.
   which brings a fresh ttl and a new reserve.
 - Leases count in the streak of handoffs within the process (``Waiting.released``),
   so other processes get their turn as before.
-- The cost: the tokens are not consecutive (they never were: see ``_core/fencing.py``), and
+- The cost: the tokens are not consecutive (they never were: see safety.md, "Fencing tokens"), and
   ``inspect()``'s fencing counter may run ahead of the last token handed out by the
   tokens reserved and not used.
 """

@@ -46,8 +46,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
-from .._core.fencing import fence_retention
-from .._core.keys import turn_keys
+from .._core.keys import fence_retention, turn_keys
 from .._core.votes import milliseconds
 from .._lua import TURN_JOIN_SCRIPT, TURN_LEAVE_SCRIPT, Script
 

@@ -9,7 +9,7 @@ Safety (a violation fails the run):
 * **fencing**: the tokens of one name increase in the order its holdings began, unless
   more than a minority of the nodes had lost the counter that made the earlier token
   (restarted empty since it was made, or never given it) when the later began: then
-  only the acquirers' wall clocks order them, as ``aiolock/_core/fencing.py`` says. Read
+  only the acquirers' wall clocks order them, as safety.md ("Fencing tokens") says. Read
   from the nodes at each lock holding's first step. In a run without faults every
   node got every write, so only a counter that expired counts as lost there: a
   counter below a token its holder was given is the library's own doing (a lease's
@@ -18,7 +18,7 @@ Safety (a violation fails the run):
   whatever the counters did.)
 * **backed**: at a lock holding's first step, a quorum of nodes' fencing counters are
   at least its token, but for nodes that lost their data since its acquire began
-  (``aiolock/_core/fencing.py``: a token is handed out only once a majority's counters
+  (safety.md, "Fencing tokens": a token is handed out only once a majority's counters
   reached it; a lease's, once a quorum confirmed the reserve it comes from). Read
   from the nodes (``Recorder.backs``).
 * **kept**: at every step of a lock's holding, a quorum of nodes keep the lock's key
@@ -184,7 +184,7 @@ def counters_lost(a: Holding, b: Holding, *, faults: bool = True) -> bool:
     """Whether so many nodes had lost the counter that made ``a``'s token when ``b``
     began that ``b``'s quorum may have met none of them: the one case where the promise
     of increasing tokens rests on the acquirers' wall clocks alone
-    (``aiolock/_core/fencing.py``: more than a minority failed in total, never given the
+    (safety.md, "Fencing tokens": more than a minority failed in total, never given the
     token, or restarted empty since).
 
     The nodes that had a counter at least ``a``'s token when ``a`` began, and have not

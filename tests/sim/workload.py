@@ -674,7 +674,7 @@ class Recorder:
 
     def backs(self, h: Holding) -> None:
         """The backed rule, at a lock holding's first step: a quorum of nodes' counters
-        are at least its token (``aiolock/_core/fencing.py``: before a token is handed out,
+        are at least its token (safety.md, "Fencing tokens": before a token is handed out,
         the counters of a majority must be at least it; a lease's is within a reserve
         that a quorum's counters reached). A node that lost its data since the acquire
         began counts as backing it (the fencing rule's exception covers what follows).
