@@ -22,8 +22,8 @@ failure, as ``mutants`` does; ``--part I/N``: every N-th seed from the I-th, as 
 shares them out; a kept seed whose run is stopped as busy, a livelock, fails too, as its
 replay does, though a search reports such seeds apart); ``digests`` prints each seed's
 history digest, one per line (or each seed kept as a test, with the faults it keeps:
-``--kept``); ``nox -s determinism`` compares them
-across Python versions.
+``--kept``); ``nox -s determinism`` compares them across Python versions, but for
+the lines marked as this Python's (a version-1 stall within a step: ``Result.portable``).
 
 The history is the same, byte for byte, for the same seed: ``PYTHONHASHSEED`` is fixed
 (the command re-executes itself with ``PYTHONHASHSEED=0`` when it is not).
@@ -82,6 +82,8 @@ def _alarm(_signum: int, _frame: object) -> None:
     raise _Runaway
 
 
+#: How ``digests`` marks a history that differs between Python versions by design.
+PER_PYTHON = "(this Python's)"
 #: What a kept seed's replay says when its run was stopped as busy (a livelock: see
 #: World.max_deliveries); a search reports such seeds apart.
 BUSY = "busy: the run was stopped as a livelock (too many messages)"
@@ -383,7 +385,8 @@ def main(argv: list[str]) -> int:
         for seed, keep in seeds:
             result = run(seed, keep)
             shown = _shown(seed, keep)
-            print(f"{shown} {result.digest()} {len(result.history)} lines", flush=True)
+            mark = "" if result.portable else f" {PER_PYTHON}"
+            print(f"{shown} {result.digest()} {len(result.history)} lines{mark}", flush=True)
         return 0
     if args.command == "search":
         if args.count is None and args.seconds is None:

@@ -630,6 +630,13 @@ class Result:
         """A digest of the whole history: equal digests, equal runs."""
         return hashlib.sha256("\n".join(self.history).encode()).hexdigest()[:16]
 
+    @property
+    def portable(self) -> bool:
+        """Whether the history is the same on every Python version. A version-1 stall
+        within a step strikes after a count of callbacks scheduled, and the callbacks a
+        step schedules differ between versions (see ``SimLoop.count_down``)."""
+        return self.plan.version >= 2 or not any(f.kind == "stall" and f.flag for f in self.faults)
+
 
 def shape(plan: Plan) -> set[str]:
     """What ``seed``'s run is, as tags a search may ask for (``search --where``):
