@@ -199,7 +199,9 @@ class Quorum:
             votes = await self._run(send, is_taken, veto=self.veto)
             fence = None
             if votes.won:
-                fence = await self._settle_fence(votes, fence_key, retention)
+                fence = _agreed_fence(votes)
+                if fence is None:
+                    fence = await self._settle_fence(votes, fence_key, retention)
         except BaseException:
             # Cancelled with requests in flight: any node may have taken the key.
             with shielded():
@@ -272,16 +274,18 @@ class Quorum:
         return tuple(i for i in asked if released.verdicts[i] is not False)
 
     async def _settle_fence(self, votes: Votes, fence_key: bytes, retention: bytes) -> int | None:
-        """A won attempt's fencing token, once a majority of counters has it (None: late)."""
+        """A won attempt's fencing token, once a majority of counters has it (None: late).
+
+        For when the nodes did not agree (:func:`_agreed_fence`).
+        """
         replies = votes.replies
         verdicts = votes.verdicts
         fences = [replies[i][1] for i in range(self.n) if verdicts[i]]
         fence: int = max(fences)
         at_fence = sum(1 for f in fences if f >= fence)
-        # Usually every node that granted the lock returned the same value (the
-        # floor we sent): their counters already hold the token. Nodes that granted
-        # with a lower value, or said "held", lag behind; failed nodes and nodes
-        # still to answer are left alone (the next floor brings them up to date).
+        # Nodes that granted with a lower value, or said "held", lag behind; failed
+        # nodes and nodes still to answer are left alone (the next floor brings them up
+        # to date).
         behind = [
             i
             for i in range(self.n)
@@ -425,6 +429,20 @@ class Quorum:
         finally:
             timer.cancel()
         return batch
+
+
+def _agreed_fence(votes: Votes) -> int | None:
+    """A won attempt's fencing token when its nodes agree, without I/O; else ``None``.
+
+    Usually every node that granted the lock returned the same value (the floor we
+    sent), and none said "held": their counters, a quorum, already hold the token.
+    """
+    verdicts = votes.verdicts
+    if False in verdicts:  # (a node said "held": its counter may lag)
+        return None
+    fences = [reply[1] for reply, verdict in zip(votes.replies, verdicts, strict=True) if verdict]
+    fence: int = fences[0]
+    return fence if fences.count(fence) == len(fences) >= votes.quorum else None
 
 
 def _sender(
