@@ -131,6 +131,13 @@ MUTANTS = [
         ("tests/test_lock.py",),
     ),
     Mutant(
+        "a won attempt's agreed fence leaves a node that said held behind",
+        "quorum.py",
+        '    if False in verdicts:  # (a node said "held": its counter may lag)',
+        "    if False:",
+        ("tests/unit/test_quorum.py",),
+    ),
+    Mutant(
         "acquire script ignores the stored fencing counter",
         "_fence.lua",
         "if last and last >= fence then",

@@ -325,6 +325,31 @@ async def test_a_node_that_keeps_asking_for_keys_counts_as_held_after_the_bound(
         assert [call.count(b"k:reader") for call in asked] == [0] + [1] * MAX_KEY_ROUNDS
 
 
+def _raises(nodes: list[FakeNode]) -> list[int]:
+    return [sum(c[1] == RAISE_FENCE_SCRIPT.sha for c in node.calls) for node in nodes]
+
+
+async def test_a_fencing_token_the_granting_nodes_agree_on_costs_no_request_more() -> None:
+    # The usual case: every node that answered granted with the same counter (the
+    # floor sent); failed nodes are left alone (the next floor brings them up).
+    nodes = [FakeNode(f"n{i}", reply=[1, 100]) for i in range(3)]
+    nodes += [FakeNode(f"n{i}", reply=ConnectionError("down")) for i in range(3, 5)]
+    attempt = await make(nodes).acquire(b"k", b"t", 10.0)
+    assert attempt.acquired
+    assert attempt.fence == 100
+    assert _raises(nodes) == [0, 0, 0, 0, 0]
+
+
+async def test_a_node_that_said_held_has_its_counter_raised_though_the_grants_agree() -> None:
+    # Four nodes grant with 100; the fifth says "held" (a stale key there): its
+    # counter may lag behind the token, so it is raised to it, in the background.
+    nodes = [FakeNode(f"n{i}", reply=[1, 100]) for i in range(4)]
+    nodes.append(FakeNode("n4", reply=[0, 5000]))
+    attempt = await make(nodes).acquire(b"k", b"t", 10.0)
+    assert attempt.fence == 100
+    assert _raises(nodes) == [0, 0, 0, 0, 1]
+
+
 async def test_a_fencing_token_no_majority_confirmed_is_not_handed_out() -> None:
     # Every node grants the lock, but their counters disagree: two are at 100, three
     # at 50. Token 100 must first be durable on a majority; when raising the three
