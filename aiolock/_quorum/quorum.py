@@ -180,11 +180,11 @@ class Quorum:
         A won attempt also gets a fencing token (docs/explanation/safety.md, "Fencing
         tokens"). On failure (or cancellation) the key is released again on every node
         that may hold it, and the clean-up is waited for before returning (or raising).
-        ``script``, with
-        ``more_keys`` and ``more_args`` after the usual ones, replaces the plain acquire
-        (the read-write lock's); ``keys_asked`` reads the keys a reply asks to declare
-        (see ``keys_asked.py``); ``cleanup``: how the clean-up releases, when not with
-        ``RELEASE`` (the script, its keys after ``key``, its arguments after the token).
+        ``script``, with ``more_keys`` and ``more_args`` after the usual ones, replaces the
+        plain acquire (the read-write lock's); ``keys_asked`` reads the keys a reply asks
+        to declare (see ``keys_asked.py``); ``cleanup``: how the clean-up releases, when
+        not with ``RELEASE`` (the script, its keys after ``key``, its arguments after the
+        token).
         """
         fence_key = fence_key_of(key) if fence_key is None else fence_key
         retention = b"%d" % milliseconds(fence_retention(ttl))
