@@ -164,8 +164,9 @@ async def run_contention(
             with open(counter, "wb"):  # noqa: ASYNC230
                 pass
             before = await scripts()
-            # Each worker writes its sections to a file of its own, not to a pipe that
-            # this event loop must drain while the others still run.
+            # Each worker writes its sections (often over 64 KiB of JSON) to a file of its
+            # own, read whole once it has exited: no pipe through the event loop's
+            # subprocess transport, whichever loop runs the bench.
             outputs = [os.path.join(tmp, f"sections-{i}.json") for i in range(4)]
             procs = [
                 await asyncio.create_subprocess_exec(
