@@ -347,6 +347,19 @@ def test_the_same_seed_gives_the_same_history_byte_for_byte(seed: str) -> None:
     assert first == second
 
 
+def test_only_a_version_1_stall_within_a_step_marks_a_history_as_this_pythons() -> None:
+    # `nox -s determinism` compares every other history across Python versions: a
+    # version-1 stall within a step counts callbacks, which differ between versions.
+    from tests.sim.plan import Plan
+    from tests.sim.run import run
+
+    stalled = run(Plan(562949973431919, 1))
+    assert any(f.kind == "stall" and f.flag for f in stalled.faults)
+    assert not stalled.portable
+    assert run(Plan(562949973431919, 1), keep=[1]).portable  # (fault 1: a silent link)
+    assert run(Plan(562949973431919, 4)).portable
+
+
 def test_a_finished_run_leaves_nothing_alive(monkeypatch: pytest.MonkeyPatch) -> None:
     """A search worker plays thousands of runs: each must be freed once it is over.
 
