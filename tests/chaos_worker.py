@@ -18,7 +18,7 @@ its last estimate); when the lock is lost, ``left`` is the moment the cancellati
 reached the body (``told``).
 
 MODE ``delay``: as ``renew`` with ttls of 1 to 3 s, and bodies that now and then call
-``extend()`` with a shorter or a longer ttl (issue 31: the nemesis holds messages back).
+``extend()`` with a shorter or a longer ttl (the nemesis holds messages back).
 
 ``$AIOLOCK_CHAOS_GRACE`` sets the managers' ``restart_grace`` (default: a little more than
 the mode's longest ttl; ``0`` turns the restart quarantine off, to show what it prevents).

@@ -144,7 +144,7 @@ MUTANTS = [
         "if false then",
         ("tests/test_fencing.py",),
     ),
-    # The loss deadline and the extension bookkeeping (issue 21).
+    # The loss deadline and the extension bookkeeping.
     Mutant(
         "loss deadline checked only between renewal batches (no timer)",
         "renewal.py",
@@ -220,7 +220,7 @@ MUTANTS = [
         "return max(None, 2 * self._quorum.node_timeout)",
         ("tests/test_renewal.py",),
     ),
-    # Restart quarantine (issue 15).
+    # Restart quarantine.
     Mutant(
         "restart quarantine never applied",
         "_engine.py",
@@ -248,7 +248,7 @@ MUTANTS = [
             "tests/test_failures.py::test_a_majority_restarted_empty_is_quarantined_until_the_holder_is_gone",
         ),
     ),
-    # Repair after restarts (issue 15).
+    # Repair after restarts.
     Mutant(
         "no repair of nodes that lost a held lock",
         "renewal.py",
@@ -521,7 +521,7 @@ MUTANTS = [
             "test_a_majority_slower_than_node_timeout_but_within_the_budget_keeps_the_lock",
         ),
     ),
-    # Node I/O (issue 17's coalescing): the order a node runs requests in, and their time.
+    # Node I/O (coalesced writes): the order a node runs requests in, and their time.
     Mutant(
         "a script first used on a connection is not loaded before it",
         "node.py",
@@ -539,7 +539,7 @@ MUTANTS = [
         "self._stamp(timed)",
         ("tests/test_node_io.py",),
     ),
-    # Grants between processes (issue 17, aiolock/_waiting/grants.py and RELEASE_TURN).
+    # Grants between processes (aiolock/_waiting/grants.py and RELEASE_TURN).
     Mutant(
         "a grant taken without a quorum of nodes",
         "grants.py",
@@ -599,7 +599,7 @@ MUTANTS = [
         "if false then\n    redis.call('pexpire', KEYS[1], ARGV[2])",
         ("tests/test_grants.py",),
     ),
-    # Leases: handoffs within a process that send nothing (issue 17, aiolock/_waiting/lease.py).
+    # Leases: handoffs within a process that send nothing (aiolock/_waiting/lease.py).
     Mutant(
         "a PASS_ON reserves no tokens for the leases after it",
         "pass_on.lua",

@@ -1,4 +1,4 @@
-"""Leader election (issue 16): ``locks.campaign(name, run)``."""
+"""Leader election: ``locks.campaign(name, run)``."""
 
 from __future__ import annotations
 

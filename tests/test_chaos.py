@@ -20,7 +20,7 @@ ttl), delays and blackholes nodes. Two modes:
   machine) is forgiven and counted as ``stalled``; a lock taken while the earlier
   holder's validity lasted never is.
 
-* **delay** (issue 31: messages that arrive late): as renew, with bodies that also
+* **delay** (messages that arrive late): as renew, with bodies that also
   call ``extend()`` with shorter and longer ttls, while :class:`DelayNemesis` (through
   ``aiolock.testing.nemesis``) holds back random commands and scripts on random
   connections for 0 to 3 x ``node_timeout`` (sometimes ttl/2), delays pub/sub messages,
@@ -179,7 +179,7 @@ HELD_BACK = [
 
 
 class DelayNemesis:
-    """Makes messages arrive late (issue 31): one random fault at a time per node.
+    """Makes messages arrive late: one random fault at a time per node.
 
     ``hold``: the next 1 to 5 requests that match a random matcher of
     :data:`HELD_BACK` on a random connection of a node (and all behind them on it)

@@ -108,8 +108,8 @@ def test_bench_prints_figures_as_json() -> None:
     assert report["renewal"]["rss_mb"] > 0
     assert [s["limit"] for s in report["semaphore"]] == [2, 4]
     # A try on a full semaphore costs a script per node (and a clean-up on nodes that had
-    # not answered when the others decided), whatever its limit (issue 19; it was a
-    # quorum attempt per slot).
+    # not answered when the others decided), whatever its limit (not a quorum attempt
+    # per slot).
     assert all(s["median_ms"] > 0 and s["scripts_per_try"] <= 10 for s in report["semaphore"])
     figures = {f["name"]: f for f in report["latency"]}
     assert "ping (redis-py)" in figures

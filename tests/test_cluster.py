@@ -331,7 +331,7 @@ async def test_a_handoff_to_a_shorter_ttl_is_announced_on_sharded_pubsub(
             handed_on = time.monotonic()
             await holder.release()  # within the process: the key lives 0.3 s now
             assert await takes  # (and is never released: it expires)
-            # On the old code the waiter slept on the 30-s PTTL and timed out (10 s).
+            # Broken: the waiter slept on the 30-s PTTL and timed out (10 s).
             assert await asyncio.wait_for(waits, 20)
             assert time.monotonic() - handed_on < 3
             await waiter.release()
@@ -629,7 +629,7 @@ async def test_a_hung_master_costs_only_its_own_names() -> None:
             await client.aclose()
 
 
-# -- TRYAGAIN and CLUSTERDOWN during acquire and renewal (issue 21) -----------------------
+# -- TRYAGAIN and CLUSTERDOWN during acquire and renewal ----------------------------------
 
 
 async def _slot_served(cluster: Cluster, server: Server, slot: int, served: bool) -> None:

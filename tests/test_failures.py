@@ -355,9 +355,8 @@ async def test_pubsub_refused_by_acl_waiters_poll_and_it_is_logged_once_per_node
         warnings = [r for r in caplog.records if "pub/sub unavailable" in r.getMessage()]
         assert warnings, "the refusal is logged"
         nodes = [r.args[0] for r in warnings if isinstance(r.args, tuple)]
-        # Once per node: every node since the fix for seed 17592196048300, where a
-        # waiter subscribes to its grants on all of them before its first attempt
-        # (before, only the 3 its release channel listened on were asked).
+        # Once per node: a waiter subscribes to its grants on every node before its
+        # first attempt (not only on the 3 its release channel listens on).
         assert len(nodes) == len(set(nodes)) <= len(servers)
         assert all(r.levelname == "WARNING" for r in warnings)
     finally:
@@ -483,7 +482,7 @@ async def _clients(urls: Servers) -> AsyncIterator[list[redis.Redis]]:
             await client.aclose()
 
 
-# -- restart quarantine (issue 15) --------------------------------------------------------
+# -- restart quarantine -------------------------------------------------------------------
 
 
 async def _restart(servers: Servers, which: range) -> float:
@@ -646,7 +645,7 @@ async def test_rediss_tls_nodes(servers: Servers, tmp_path: Path, name: str) -> 
                 await untrusting.lock(name).acquire(timeout=0)
 
 
-# -- one server never counts as several nodes (issue 21) -----------------------------------
+# -- one server never counts as several nodes ----------------------------------------------
 
 
 async def test_one_server_behind_two_addresses_is_refused_at_first_contact(

@@ -1,4 +1,4 @@
-"""A release grants the lock to the process whose turn it is (issue 17, see
+"""A release grants the lock to the process whose turn it is (see
 aiolock/_waiting/grants.py and RELEASE_TURN): the key gets that process's offered token on each
 node, the process learns it from one message per node, and makes no attempt of its own.
 

@@ -1,4 +1,4 @@
-"""Handing a held lock to another handle or process (issue 16): detach() and attach()."""
+"""Handing a held lock to another handle or process: detach() and attach()."""
 
 from __future__ import annotations
 
@@ -266,7 +266,7 @@ async def test_an_attach_that_shortens_the_lock_wakes_the_other_processes_waiter
         taken = await worker.attach(lock.detach(), auto_renew=False)
         attached = asyncio.get_running_loop().time()
         assert taken.remaining() <= 0.5  # and never released: it expires
-        # On the old code the waiter slept on the 30-s PTTL and timed out (10 s).
+        # Broken: the waiter slept on the 30-s PTTL and timed out (10 s).
         assert await asyncio.wait_for(waits, 20)
         assert asyncio.get_running_loop().time() - attached < 3
         await waiter.release()

@@ -1,4 +1,4 @@
-"""Hostile input (issue 19): one caller's bad argument never becomes an outage.
+"""Hostile input: one caller's bad argument never becomes an outage.
 
 A bad argument is refused with ``TypeError``/``ValueError`` before any I/O; the
 biggest legitimate requests leave other tasks' cycles alone; the scripts stay fast
@@ -25,7 +25,7 @@ from aiolock._core.checks import MAX_NAME_BYTES, MAX_SEMAPHORE_LIMIT, MAX_TTL
 from . import seam
 
 #: Five times the default: generous enough for a busy 2-core box (a test must not flake),
-#: far below what an oversized request held the others up for (0.3 s, issue 19).
+#: far below what an oversized request would hold the others up for (0.3 s).
 NODE_TIMEOUT = 0.25
 
 # -- the oracle: what the API documents as valid, written independently of the code ------

@@ -1,4 +1,4 @@
-"""Read-only queries (issue 16): ``locks.locked(name)`` and ``locks.inspect(name)``."""
+"""Read-only queries: ``locks.locked(name)`` and ``locks.inspect(name)``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Messages that arrive late (issue 31): through the delay nemesis, never two holders.
+"""Messages that arrive late: through the delay nemesis, never two holders.
 
 The rule every test here checks: *no command of ours, arriving at a node at any later
 time, shortens or deletes a key that a holder of ours believes valid*. A holder's
@@ -113,11 +113,11 @@ async def rival_never_acquires_while_owned(
 async def test_a_shorter_extend_given_up_and_landing_late_never_cuts_a_renewed_lock(
     servers: Servers, clients: list[redis.Redis], name: str
 ) -> None:
-    """Break 1 of issue 31: extend(0.2) held back 0.3 s on 3 of 5 nodes, renewal on.
+    """extend(0.2) held back 0.3 s on 3 of 5 nodes, renewal on.
 
-    On 795751d the renewal won on its own connections (2.5 s left), then the EXTEND
-    landed and the key expired 0.2 s later on 3 nodes: a second client acquired while
-    the first read 2.5 s left.
+    A renewal sent on connections of its own would win (2.5 s left), then the EXTEND
+    would land and the key expire 0.2 s later on 3 nodes: a second client would acquire
+    while the first read 2.5 s left.
     """
     async with (
         nemesis(servers) as net,
@@ -170,7 +170,7 @@ async def test_a_late_extend_never_cuts_the_key_of_a_lease_taker(
             with pytest.raises(QuorumError):
                 await first.extend(0.2)
             assert [rule.matched for rule in held] == [1, 1, 1]
-            # Once the renewal has won again (on 795751d: on its own connections), hand
+            # Once the renewal has won again (on the holder's ordered connections), hand
             # the lock on at once: a lease, while the EXTEND is still held back.
             deadline = time.monotonic() + 0.25
             while first.remaining() < 2.0 and first.owned and time.monotonic() < deadline:
@@ -231,7 +231,7 @@ async def test_a_lease_never_leaves_the_key_longer_than_its_takers_ttl(
         await asyncio.sleep(0.5)  # the held-back EXTENDs have landed
         assert [rule.matched for rule in held] == [1, 1, 1]
         kept = [await client.pttl(key(name)) for client in clients]
-        # At most the taker's 2 s from now on every node (on the old code, about 2.5 s
+        # At most the taker's 2 s from now on every node (broken: about 2.5 s
         # on nodes 0 to 2: the EXTEND set the key for 3 s when it landed, after the
         # lease; the same on the others, where it landed before the lease).
         assert max(kept) <= 2000, kept
@@ -241,10 +241,10 @@ async def test_a_lease_never_leaves_the_key_longer_than_its_takers_ttl(
 async def test_a_late_grant_of_a_token_still_held_and_forgotten_is_left_alone(
     servers: Servers, clients: list[redis.Redis], name: str
 ) -> None:
-    """Break 2 of issue 31: a release's grant from node 5 reaches the waiting process
-    late, after 1,024 or more other handoffs there made it forget the token (``_taken`` keeps
-    1,024). On 795751d it then gave the token back on every node: the live holder's
-    key was deleted and another manager acquired while it read 28 s left."""
+    """A release's grant from node 5 reaches the waiting process late, after 1,024 or
+    more other handoffs there made it forget the token (``_taken`` keeps 1,024). Given
+    back on every node then, the token's key would be deleted under its live holder, and
+    another manager would acquire while it read 28 s left."""
     async with (
         nemesis(servers) as net,
         LockManager(list(servers), node_timeout=0.5) as releasing,
@@ -307,7 +307,7 @@ async def test_a_late_grant_of_a_token_still_held_and_forgotten_is_left_alone(
 async def test_grants_undone_by_the_heads_own_failed_attempt_never_count(
     servers: Servers, clients: list[redis.Redis], name: str
 ) -> None:
-    """Found by the simulation (issue 32; seed 574, shrunk to 2 faults): a release's
+    """Found by the simulation (seed 574, shrunk to 2 faults): a release's
     grants reached 2 of 5 nodes, the rest of its scripts came late. The head's own
     attempt, with the same token, failed (3 nodes still held the old key) and its
     clean-up deleted the 2 grants; when a third grant came, the head counted all three
@@ -344,7 +344,7 @@ async def test_grants_undone_by_the_heads_own_failed_attempt_never_count(
         await taker.release()
 
 
-# -- bounded memories forget safely (issue 31, item 2) -------------------------------------
+# -- bounded memories forget safely ------------------------------------------------------
 
 
 async def _taken_through_the_queue(
@@ -365,7 +365,7 @@ async def test_tokens_held_are_forgotten_when_detached_or_left_to_expire(
     locks: LockManager, name: str
 ) -> None:
     # Grants._held is exact (late grants of a token in it are never given back), so it
-    # must not keep what is no longer held here: a detached lock (issue 31: it grew
+    # must not keep what is no longer held here: a detached lock (else it grows
     # without bound), and a lock left to expire whose handle acquires again.
     grants = seam.engine(locks).grants
     assert grants is not None
@@ -468,8 +468,8 @@ async def test_a_handle_stops_reading_owned_once_its_release_is_on_its_way(
 ) -> None:
     """A release in flight: 3 of 5 nodes have deleted the key (their replies late), the
     RELEASE held back on the other 2. A rival takes the name on those 3 meanwhile, so the
-    releasing handle must not read ``owned`` (on ee351f3 it did, until release()
-    returned: the late table's handover row saw it under load)."""
+    releasing handle must not read ``owned`` from then on (the late table's handover
+    row would see a handle read owned while another held the name)."""
     async with (
         nemesis(servers) as net,
         LockManager(net.urls, node_timeout=2.0) as locks,

@@ -1,4 +1,4 @@
-"""Handoffs within a process that send nothing: the lease (issue 17, see _waiting/handoff.py).
+"""Handoffs within a process that send nothing: the lease (see _waiting/handoff.py).
 
 A handoff to a waiter of the same process (``PASS_ON``) reserves fencing tokens for
 the waiters queued behind the taker. While the lock is fresh, the next handoffs hand

@@ -664,7 +664,7 @@ async def test_a_release_does_not_wait_for_a_hung_node(servers: Servers, name: s
 async def test_a_majority_restarted_a_moment_ago_does_not_vote_within_its_grace(
     servers: Servers, name: str
 ) -> None:
-    # Restart quarantine (issue 15): three servers restarted empty a moment ago may have
+    # Restart quarantine: three servers restarted empty a moment ago may have
     # lost a lock someone holds; their yes does not count until restart_grace passed.
     for server in servers.servers[:3]:
         assert isinstance(server, Server)

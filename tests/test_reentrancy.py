@@ -1,4 +1,4 @@
-"""Task reentrancy (issue 16): opt-in sharing, and RuntimeError instead of a self-wait."""
+"""Task reentrancy: opt-in sharing, and RuntimeError instead of a self-wait."""
 
 from __future__ import annotations
 
@@ -168,9 +168,9 @@ async def test_an_inner_level_that_finds_the_lock_expired_leaves_only_its_own_le
 ) -> None:
     # Without renewal the shared acquisition expires. The inner level's extend() or
     # release() finds it so: it gives up its level only, and raises LockNotOwned as the
-    # contract says for a lock no longer held (an inner release() returned quietly
-    # before issue 31). The outer level still holds its part (and learns of the expiry
-    # at its own release); the nodes are cleaned with the last.
+    # contract says for a lock no longer held (not quietly). The outer level still holds
+    # its part (and learns of the expiry at its own release); the nodes are cleaned with
+    # the last.
     outer = locks.lock(name, ttl=0.3, auto_renew=False, reentrant=True)
     inner = locks.lock(name, ttl=0.3, auto_renew=False, reentrant=True)
     assert await outer.acquire()

@@ -448,7 +448,7 @@ async def test_a_failing_renewal_retries_every_retry_interval_not_in_a_loop(
             await lock.release()
 
 
-@pytest.mark.renewal_tick_may_fail  # (the old code's spin is broken by failing a tick)
+@pytest.mark.renewal_tick_may_fail  # (a renewal that spins is stopped by failing a tick)
 async def test_a_renewal_failing_at_once_past_its_deadline_is_given_up_not_retried(
     servers: Servers, urls: list[str], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -460,8 +460,8 @@ async def test_a_renewal_failing_at_once_past_its_deadline_is_given_up_not_retri
     # Found by the simulation (seed 8018443683, nodes restarting): the renewer retried
     # that lock at once, and again, each pass failing without an await, so the loop
     # never ran the deadline: it spun at 100 % CPU while the back-off lasted (up to
-    # 0.5 s; for ever in virtual time), the holder told that much late. Measured on the
-    # old code: 10,000 to 12,500 passes in one stall of a few milliseconds.
+    # 0.5 s; for ever in virtual time), the holder told that much late (10,000 to
+    # 12,500 passes in one stall of a few milliseconds).
     async with LockManager(urls, node_timeout=0.05) as locks:
         lock = locks.lock(name, ttl=1.0)
         assert await lock.acquire(timeout=5)
@@ -524,7 +524,7 @@ async def test_an_extend_that_finds_the_lock_gone_on_a_majority_cancels_the_rene
                     await client.delete(key(name))
                 with contextlib.suppress(LockNotOwned):
                     await lock.extend(20)
-                await asyncio.sleep(5)  # (cancelled: on the old code it slept on)
+                await asyncio.sleep(5)  # (cancelled: broken, it slept on)
                 went_on = True
         assert not went_on
         assert lock.lost is lost.value
@@ -608,7 +608,7 @@ async def test_a_failed_renewal_after_a_longer_extend_keeps_the_shorter_validity
     assert _failed_ticks(caplog) == ["a bug in one tick"]
 
 
-# -- the holder is told before its validity ends, whatever the nodes do (issue 21) -------
+# -- the holder is told before its validity ends, whatever the nodes do ------------------
 
 HANDLE_KINDS = ("lock", "lock_many", "semaphore", "read", "write")
 
@@ -784,7 +784,7 @@ async def test_a_renewal_batch_split_into_several_calls_counts_each_reply_for_it
                 await one.release()
 
 
-# -- repair: a minority that lost the key gets it back (issue 15; in mutmut's selection) ---
+# -- repair: a minority that lost the key gets it back (in mutmut's selection) ------------
 
 
 async def test_a_renewal_that_wins_puts_the_key_back_where_a_minority_lost_it(

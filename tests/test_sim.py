@@ -526,11 +526,11 @@ def test_seeds_that_once_failed_pass(part: int) -> None:
 def test_named_mutants_are_caught_by_the_seeds_the_search_found(
     tmp_path: Path, name: str, seed: int, keep: list[int], rule: str
 ) -> None:
-    """The seed fails on a copy of the library with the mutant applied (issue 31's
-    fixes reverted, and others), on the rule named; on ours it passes (every kept seed
-    is replayed by ``test_seeds_that_once_failed_pass``).
+    """The seed fails on a copy of the library with the mutant applied, on the rule
+    named; on ours it passes (every kept seed is replayed by
+    ``test_seeds_that_once_failed_pass``).
 
-    Neither of issue 31's breaks needs a rival to take the lock in the gap: the
+    Neither of the late-message breaks needs a rival to take the lock in the gap: the
     checker's *kept* rule sees the key cut short under the holder (check.py). Without
     that rule both seeds pass on the mutants too (checked when they were found); break
     1's one fault is a "late" burst (world.py). The fencing counter's seed needs wall

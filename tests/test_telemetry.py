@@ -1,4 +1,4 @@
-"""Telemetry hooks (issue 18): OpenTelemetry and Prometheus, from real lock events."""
+"""Telemetry hooks: OpenTelemetry and Prometheus, from real lock events."""
 
 from __future__ import annotations
 

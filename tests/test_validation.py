@@ -42,7 +42,7 @@ def test_duplicate_client_nodes_are_rejected() -> None:
 
 
 def test_databases_of_one_server_are_one_node() -> None:
-    # One server would hold a majority of three "nodes" (issue 21).
+    # One server would hold a majority of three "nodes".
     with pytest.raises(ValueError, match="same server"):
         LockManager(["redis://127.0.0.1:1/0", "redis://127.0.0.1:1/1", "redis://127.0.0.1:1/2"])
     with pytest.raises(ValueError, match="same server"):

@@ -102,7 +102,7 @@ async def test_a_waiter_wakes_when_a_quorum_is_free_not_at_a_rivals_longer_ttl(
     async with LockManager(urls) as locks:
         waiter = locks.lock(name, ttl=5)
         started = time.monotonic()
-        # On the old code the waiter slept 8 s, past its timeout.
+        # Broken: the waiter slept 8 s, past its timeout.
         assert await waiter.acquire(timeout=4)
         assert time.monotonic() - started < 2.0
         await waiter.release()
@@ -320,8 +320,8 @@ async def test_a_local_handoff_does_not_wake_other_processes(
         await holder.release()  # handed to the local waiter: the message says so
         assert await local
         await asyncio.sleep(0.3)
-        # One script per node passed the lock on (issue 17; it was a release and an
-        # acquire per node, 10): the other process did not try.
+        # One script per node passed the lock on (not a release and an acquire per
+        # node, 10): the other process did not try.
         assert await _calls(clients, turn_scripts) - before == 5
         assert not remote.done()
         # A release with no local waiter left is open to all: the other one takes
@@ -433,7 +433,7 @@ async def test_waiters_that_split_the_vote_back_off_and_one_of_them_wins(
         for wait in waits:
             wait.cancel()
         await asyncio.gather(*waits, return_exceptions=True)
-        # On the old code nobody won until the stale key expired (6 s), after 174
+        # Broken: nobody won until the stale key expired (6 s), after 174
         # attempts, 3 runs of 3; now one wins after 6 to 11 (0.2 to 0.6 s).
         assert done, f"nobody won in {took:.2f} s, {attempts} attempts"
         assert [wait.result() for wait in done] == [True]
@@ -476,7 +476,7 @@ async def test_waiters_that_nobody_can_win_back_off_further_at_every_split_vote(
         took = await asyncio.gather(*(handle.acquire(timeout=3) for handle in handles))
         attempts = [count[0] for count in counts]
     assert took == [False, False], attempts
-    # On the old code 3,078 to 3,293 attempts (2 idle cores; 1,729 with both busy);
+    # Broken: 3,078 to 3,293 attempts (2 idle cores; 1,729 with both busy);
     # now 71 to 83.
     assert sum(attempts) < 300, attempts
 
@@ -539,7 +539,7 @@ async def test_a_lost_lock_dropped_with_a_local_waiter_says_so_in_its_message(
         await listener.aclose()
 
 
-# -- handoff within a process (issue 17) ---------------------------------------------------
+# -- handoff within a process ------------------------------------------------------------
 
 
 async def _held_and_awaited(
@@ -605,7 +605,7 @@ async def _sections(
 async def test_a_process_alone_in_line_passes_the_lock_on_without_releasing_it(
     locks: LockManager, clients: list[redis.Redis], name: str, turn_scripts: TurnScripts
 ) -> None:
-    # Nobody else waits (the turn queue says so, issue 17): the lock goes from task to
+    # Nobody else waits (the turn queue says so): the lock goes from task to
     # task of this process in one script per node, LONE_STREAK times before a release
     # lets in a process that waits without being in line. With LOCAL_STREAK's 4 (as when
     # others are in line), every fifth handoff would be a release and an attempt: 6.0
@@ -796,8 +796,8 @@ async def test_a_local_waiter_wakes_when_its_process_shortens_the_lock(
     """A waiter of the holder's own process sleeps on what it learnt of the lock (its
     attempt's PTTL, or the validity its queue's previous head took); the holder then
     shortens the lock with extend() and never releases it. The waiter must not sleep
-    on the longer time (on a148289 it slept ~3 s, the name free after 0.3 s: the
-    simulation's idle rule, seed 276328346926)."""
+    on the longer time (~3 s, the name free after 0.3 s: the simulation's idle rule,
+    seed 276328346926)."""
     holder = locks.lock(name, ttl=3.0, auto_renew=False)
     if how == "handed-on":
         first = locks.lock(name, ttl=3.0, auto_renew=False)

@@ -75,7 +75,7 @@ SKEWS = (0.0, 0.001, 0.05, 2.0, 60.0)
 #: The library's bounded memories and the sizes a schedule may give them. The library
 #: argues that forgetting is safe at any size; at its real sizes (1,024 tokens taken,
 #: 4,096 offers) a run of a few seconds never forgets, so the argument would go
-#: untested (issue 31's second break needed 1,024 handoffs before a late grant).
+#: untested (a late grant of a forgotten token needs 1,024 handoffs before it).
 MEMORIES = {
     "aiolock._waiting.grants._TAKEN_KEPT": (1, 2, 8),
     "aiolock._waiting.turns._OFFERS_KEPT": (1, 2, 8),

@@ -482,7 +482,7 @@ def focus(
         # on.) As make_config sets it, for the ttl set here: a restart_grace shorter than
         # the longest ttl a holder asks for is the user's misconfiguration (API.md: by
         # default it is that ttl), under which a majority restarted empty may vote for
-        # a rival while the holder's validity lasts (seed 549755814851 at 034e96e).
+        # a rival while the holder's validity lasts (seed 549755814851).
         assert cfg.ttl is not None  # (every focus sets one)
         cfg.grace = cfg.ttl * (2 if {"extend", "manual"} & set(cfg.ops) else 1)
 

@@ -1,6 +1,6 @@
 """Turns across processes: the fixtures and helpers of tests/turns/.
 
-Turns across processes (issue 17, see aiolock/_waiting/turns.py): a release names the waiting
+Turns across processes (see aiolock/_waiting/turns.py): a release names the waiting
 process whose turn it is, and only that one tries; a process that does not use its turn
 (killed, or its message lost) delays the others by about one refresh interval.
 

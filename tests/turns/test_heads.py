@@ -109,7 +109,7 @@ async def test_a_head_that_leaves_as_its_process_gives_way_does_not_beat_the_pro
         await holder.release()
         with pytest.raises(asyncio.CancelledError):
             await head
-        # The process named takes the lock (on the old code the waiter behind the head
+        # The process named takes the lock (broken: the waiter behind the head
         # took it, and the named one timed out).
         assert await asyncio.wait_for(named_waits, 20)
         assert not behind_waits.done()
@@ -151,7 +151,7 @@ async def test_a_head_still_subscribing_as_its_process_gives_way_does_not_beat_t
         _hears_late(other, 0.01)
         await holder.release()  # names the other process
         gate.set()
-        # The process named takes the lock (on the old code the head took it).
+        # The process named takes the lock (broken: the head took it).
         await _named_first(named_waits, head_waits, "the head took the lock first")
         await named.release()
         assert await asyncio.wait_for(head_waits, 20)
@@ -196,7 +196,7 @@ async def test_a_named_process_that_holds_past_the_fallback_stays_in_line(
         assert not line.second_waits.done()  # (its attempt failed: the lock is held)
         turns = key(name) + ":turns"
         for client in clients:
-            # Still in line on every node (on the old code: taken out on all three).
+            # Still in line on every node (broken: taken out on all three).
             assert await client.zscore(turns, named.member) is not None
         assert not told  # (and never taken out meanwhile)
         await line.first_lock.release()
@@ -242,7 +242,7 @@ async def test_a_named_process_taken_out_of_line_as_its_lock_expired_joins_again
         while True:
             scores = [await client.zscore(turns, member) for client in clients]
             if all(score is not None for score in scores):
-                break  # back in line on every node (on the old code: out until refresh)
+                break  # back in line on every node (broken: out until refresh)
             assert time.monotonic() < deadline, scores
             await asyncio.sleep(0.01)
         await other_lock.release()  # names the process back in line
@@ -283,7 +283,7 @@ async def test_a_head_whose_subscription_is_confirmed_as_its_process_gives_way_d
         await holder.release()  # names the other process
         for proxy in net:  # and the confirmations come
             proxy.flush()
-        # The process named takes the lock (on the old code the head took it).
+        # The process named takes the lock (broken: the head took it).
         await _named_first(named_waits, head_waits, "the head took the lock first")
         net.clear()
         await named.release()
@@ -335,7 +335,7 @@ async def test_a_head_woken_before_its_process_gives_way_does_not_try_again_afte
             await asyncio.sleep(0.001)
         assert tries[-1] > time.monotonic() - 0.2  # (its attempt is still under way)
         await holder.release()  # names the other process; returns after the attempt
-        # The process named takes the lock (on the old code the head took it, trying
+        # The process named takes the lock (broken: the head took it, trying
         # again 0.3 s after our release).
         await _named_first(named_waits, head_waits, f"the head took it; its tries: {tries}")
         net.clear()
@@ -374,7 +374,7 @@ async def test_a_shortening_heard_after_its_process_gives_way_does_not_wake_the_
         await holder.release()  # names the other process
         for message in held_back:  # and the shortening is heard only now
             on_busy(*message)
-        # The process named takes the lock (on the old code the head took it at once).
+        # The process named takes the lock (broken: the head took it at once).
         await _named_first(named_waits, head_waits, "the head took the lock first")
         await _then_the_head(line)
 
@@ -418,7 +418,7 @@ async def test_a_head_holding_back_that_a_release_of_ours_hands_the_lock_sends_n
         assert await asyncio.wait_for(head_waits, 20)
         assert head._hold is not None
         tokens = [await c.get(key(name)) for c in clients]
-        # Held where the head believes it is: on nodes 1 to 3 (on the old code, node 1).
+        # Held where the head believes it is: on nodes 1 to 3 (broken: node 1).
         assert tokens[:3] == [head._hold.token] * 3, tokens
         for client in clients[3:]:
             await client.delete(key(name))

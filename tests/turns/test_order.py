@@ -210,7 +210,7 @@ async def test_a_process_whose_waiters_come_one_at_a_time_gives_way_after_its_st
             holder = successor
         await holder.release()
         # The busy process handed the lock to its own waiters LOCAL_STREAK times, then
-        # the release named the other process (on the old code: never, in 9 handoffs).
+        # the release named the other process (broken: never, in 9 handoffs).
         assert handoffs == LOCAL_STREAK, handoffs
         assert other_waits.done()
         assert other_waits.result()
@@ -302,7 +302,7 @@ async def test_a_process_that_saw_nobody_in_line_gives_way_once_others_join(
         gate.set()
         await holder.release()
         # The streak began before the other process joined the line; with the other
-        # process in it, its handoffs come to LOCAL_STREAK (on the old code: 9, the
+        # process in it, its handoffs come to LOCAL_STREAK (broken: 9, the
         # loop's limit).
         assert handoffs == LOCAL_STREAK - 1, handoffs
         assert other_waits.done()
@@ -360,7 +360,7 @@ async def test_a_grant_to_an_offer_already_taken_and_let_go_is_given_back(
         released = time.monotonic()
         await other.release()  # names A, and grants its offer: the taker's old token
         assert await asyncio.wait_for(last_waits, 30)
-        # At once: not when that grant's key expires (30 s; on the old code the last
+        # At once: not when that grant's key expires (30 s; broken: the last
         # waiter waited out its timeout).
         assert time.monotonic() - released < 2.0
         await last.release()
@@ -395,7 +395,7 @@ async def test_a_release_that_finds_its_lock_expired_still_names_the_next_in_lin
         with contextlib.suppress(aiolock.LockNotOwned):
             await holder.release()
         # Named by the release, the waiter tries at once: not after its PTTL (30 s),
-        # nor its timeout (10 s; on the old code it returned False then).
+        # nor its timeout (10 s; broken: it returned False then).
         assert await asyncio.wait_for(waits, 20)
         assert time.monotonic() - released < aiolock._waiting.turns.FALLBACK * 0.6
         await waiter.release()
@@ -427,7 +427,7 @@ async def test_a_lock_shortened_and_left_to_expire_wakes_the_other_processes_wai
             assert await takes
             assert taker.fencing_token is not None  # (held, and never released)
         # The waiter learns the shorter PTTL and takes the lock once it expired: not
-        # after the PTTL it had learnt (30 s), nor its timeout (10 s; on the old code
+        # after the PTTL it had learnt (30 s), nor its timeout (10 s; broken,
         # it returned False then).
         assert await asyncio.wait_for(waits, 20)
         assert 0.3 <= time.monotonic() - shortened < 0.3 + aiolock._waiting.turns.FALLBACK

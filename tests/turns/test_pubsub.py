@@ -62,7 +62,7 @@ async def test_a_process_that_learns_late_that_pubsub_is_refused_stops_offering(
         assert [await c.zcard(offers) for c in clients] == [1] * 5  # offered, unaware
         learnt = True
         await asyncio.sleep(aiolock._waiting.turns.REFRESH * 1.5)  # its entry refreshed since
-        # No offer left, none made again (on the old code its refresh made it anew).
+        # No offer left, none made again (broken: its refresh made it anew).
         assert [await c.zcard(offers) for c in clients] == [0] * 5
         waits.cancel()  # (it slept on the PTTL, believing it would hear the release)
         with contextlib.suppress(asyncio.CancelledError):
@@ -93,7 +93,7 @@ async def test_a_head_that_learns_pubsub_is_refused_after_offering_withdraws_the
         holder, waiter, waits = await _waiting_behind(holder_side, waiter_side, clients, name)
         assert [await c.zcard(offers) for c in clients] == [1] * 5  # offered, unaware
         await asyncio.sleep(0.8)
-        # Withdrawn once the refusals came (on the old code: at the refresh, 5 s on).
+        # Withdrawn once the refusals came (broken: at the refresh, 5 s on).
         assert [await c.zcard(offers) for c in clients] == [0] * 5
         assert not waits.done()
         await holder.release()
@@ -133,7 +133,7 @@ async def test_a_grant_unheard_because_our_subscription_is_not_in_place_yet_keep
         member = seam.member(waiter_side)  # type: ignore[union-attr]
         await holder.release()  # grants to the offer: nobody hears it, undone
         assert await asyncio.wait_for(first_waits, 20)  # (the release let all try)
-        # Still in line on every node (on the old code: taken out of every line,
+        # Still in line on every node (broken: taken out of every line,
         # until its refresh).
         assert [await c.zrange(turns, 0, -1) for c in clients] == [[member]] * 5
         for proxy in net:
@@ -189,7 +189,7 @@ async def test_a_tentative_offer_is_made_firm_as_soon_as_every_node_confirms(
         seqs = await _offer_seqs(clients, name)
         assert all(seq.endswith(b"*") for seq in seqs), seqs
         await asyncio.sleep(0.6)
-        # Firm on every node (on the old code: tentative until the refresh, 5 s on).
+        # Firm on every node (broken: tentative until the refresh, 5 s on).
         seqs = await _offer_seqs(clients, name)
         assert not any(seq.endswith(b"*") for seq in seqs), seqs
         await holder.release()
@@ -239,7 +239,7 @@ async def test_a_head_whose_pubsub_is_refused_after_its_offer_was_firm_withdraws
             else:  # (its SUBSCRIBE is refused)
                 other_waits = asyncio.create_task(other.acquire(timeout=20))
             await asyncio.sleep(0.8)
-            # Withdrawn at the head's attempt after the refusal (on the old code: at the
+            # Withdrawn at the head's attempt after the refusal (broken: at the
             # refresh, 5 s on).
             assert [await c.zcard(offers) for c in clients] == [0] * 5
             assert not waits.done()
@@ -288,8 +288,8 @@ async def test_where_pubsub_is_refused_a_process_that_gave_way_lets_the_one_name
         await holder.release()
         assert await asyncio.wait_for(named_waits, 20)
         assert not head_waits.done()
-        # The head let a whole poll of the process named go by before it tried (on
-        # the old code it tried at its poll, 5 to 15 ms after the release).
+        # The head let a whole poll of the process named go by before it tried (broken:
+        # it tried at its poll, 5 to 15 ms after the release).
         early = [t - released_at for t in tries if 0 < t - released_at < 1.1 * poll]
         assert not early, early
         await named.release()
@@ -319,7 +319,7 @@ async def test_where_pubsub_is_refused_an_expired_holds_late_release_leaves_the_
         await taker.release()  # names the other process
         with contextlib.suppress(aiolock.LockNotOwned):
             await stale.release()  # the expired hold's, late
-        # The process named takes the lock (on the old code the head, woken by the
+        # The process named takes the lock (broken: the head, woken by the
         # expired hold's release, tried at once and took it).
         early = [round(t - released_at, 4) for t in tries if t > released_at]
         await _named_first(named_waits, head_waits, f"the head took it; its tries: {early}")
@@ -358,7 +358,7 @@ async def test_where_pubsub_is_refused_a_head_holding_back_holds_back_again_if_w
             await asyncio.sleep(0.05)
             after = [round(t - released_at, 3) for t in tries if t > released_at]
         # Its first try after our second release: once that release's window is over
-        # (on the old code, when the first's was: 2 s after the second).
+        # (broken: when the first's was: 2 s after the second).
         assert after[0] > 2.9, after
         await named.release()
         assert await asyncio.wait_for(head_waits, 20)
@@ -388,7 +388,7 @@ async def test_a_process_whose_pubsub_connections_drop_joins_the_line_again_at_o
         await in_line(clients, name, 0)
         for client in clients:
             await client.client_kill_filter(_type="pubsub")
-        # Back at its place (on the old code, only at its next refresh).
+        # Back at its place (broken: only at its next refresh).
         assert await in_line(clients, name, 1) == [member]
         await holder.release()
         assert await asyncio.wait_for(waits, 20)
@@ -423,20 +423,20 @@ async def test_a_process_whose_pubsub_connections_drop_offers_tentatively_until_
             for link in proxy.links:
                 if link.kind == "pubsub" and not link.closed:
                     link.drop()
-        # In line again at once, its offer tentative (on the old code: firm).
+        # In line again at once, its offer tentative (broken: firm).
         deadline = time.monotonic() + 5
         while not all(seq.endswith(b"*") for seq in await _offer_seqs(clients, name)):
             assert time.monotonic() < deadline, await _offer_seqs(clients, name)
             await asyncio.sleep(0.01)
         await holder.release()  # grants to the offer: nobody hears it, undone
-        # Still in line on every node (on the old code: taken out of every line).
+        # Still in line on every node (broken: taken out of every line).
         assert [await c.zrange(turns, 0, -1) for c in clients] == [[member]] * 5
         assert not waits.done()
         for proxy in net:
             proxy.clear()
             proxy.flush()
         # Subscribed again: the confirmations wake the head, which finds the lock free
-        # (on the old code it slept on the holder's 30-s PTTL).
+        # (broken: it slept on the holder's 30-s PTTL).
         assert await asyncio.wait_for(waits, 10)
         await waiter.release()
 
