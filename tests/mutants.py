@@ -37,7 +37,7 @@ class Mutant(NamedTuple):
 
 
 MUTANTS = [
-    # Issue 21's five, which the suite of 0.1 did not catch.
+    # The loss of a held lock, told in time.
     Mutant(
         "lock_many body not cancelled on loss",
         "many.py",
@@ -66,7 +66,7 @@ MUTANTS = [
         "if true then",
         ("tests/test_primitives.py",),
     ),
-    # Issue 17's handoff within a process (one script per node).
+    # Handoff within a process (one script per node).
     Mutant(
         "handoff without comparing the old token",
         "pass_on.lua",
@@ -323,7 +323,7 @@ MUTANTS = [
         "                return Attempt(",
         ("tests/unit/test_quorum.py",),
     ),
-    # Issue 13's rules.
+    # Declared keys, and waiters that cannot hear a release.
     Mutant(
         "the writer's script is not given the readers' keys it asked for",
         "keys_asked.py",
@@ -379,7 +379,7 @@ MUTANTS = [
         "",
         ("tests/test_cluster.py::test_waiters_use_sharded_pubsub_where_the_cluster_has_it",),
     ),
-    # Issue 17's turns across processes (advice, not safety: liveness and cost).
+    # Turns across processes (advice, not safety: liveness and cost).
     Mutant(
         "a process taken out of line joins again only at its next refresh",
         "waiting.py",
@@ -659,7 +659,7 @@ MUTANTS = [
         "    taker.on_dropped = None and functools.partial(_give_back_lease,",
         ("tests/test_lease.py",),
     ),
-    # Issue 31: messages that arrive late.
+    # Messages that arrive late.
     Mutant(
         "the renewal on connections of its own (a late extend cuts a renewed key)",
         "_engine.py",
@@ -834,8 +834,8 @@ MUTANTS = [
         ),
     ),
     Mutant(
-        # The fifteenth session's fix (seed 281474996725057, no fault, on clusters): a
-        # handoff within a process to a shorter ttl announced nothing.
+        # Seed 281474996725057 (no fault, on clusters): a handoff within a process to a
+        # shorter ttl must announce it.
         "a handoff within a process to a shorter ttl announces nothing",
         "pass_on.lua",
         "    if redis.call('pttl', KEYS[1]) > tonumber(ARGV[2]) then\n"
@@ -1036,8 +1036,8 @@ MUTANTS = [
             "test_a_head_whose_subscription_is_confirmed_as_its_process_gives_way_does_not_try",
         ),
     ),
-    # The thirteenth session's second fix (seed 140737491357076, stopped as busy): the
-    # waiters whose attempts split the vote tried again at once, and split it again.
+    # Seed 140737491357076 (stopped as busy): waiters whose attempts split the vote must
+    # not try again at once and split it again.
     Mutant(
         "a waiter whose attempt split the vote tries again at once",
         "votes.py",
@@ -1057,8 +1057,8 @@ MUTANTS = [
             "test_waiters_that_nobody_can_win_back_off_further_at_every_split_vote",
         ),
     ),
-    # The thirteenth session's fix (seed 140737492368453, no fault): a shortening of
-    # ours, heard only after our release had named another process, woke the head.
+    # Seed 140737492368453 (no fault): a shortening of ours, heard only after our release
+    # had named another process, must not wake the head.
     Mutant(
         "a shortening heard after its process gave way wakes the head at once",
         "queue.py",
@@ -1080,9 +1080,9 @@ MUTANTS = [
             "test_a_head_woken_before_its_process_gives_way_does_not_try_again_after_it",
         ),
     ),
-    # The tenth session's fix (seed 70368841183464, every node refusing pub/sub): after
-    # its process gave way, a head woken by an expired hold's late release, or by a
-    # refusal of pub/sub, tried at once and beat the process named.
+    # Seed 70368841183464 (every node refusing pub/sub): after its process gave way, a
+    # head woken by an expired hold's late release, or by a refusal of pub/sub, must not
+    # try at once and beat the process named.
     Mutant(
         "an expired hold's late release wakes the head after its process gave way",
         "waiting.py",
@@ -1103,7 +1103,7 @@ MUTANTS = [
             "test_where_pubsub_is_refused_an_expired_holds_late_release_leaves_the_turn_given",
         ),
     ),
-    # The fourteenth session's fix (seed 281474983711000, pub/sub connections dropped).
+    # Seed 281474983711000 (pub/sub connections dropped).
     Mutant(
         "a process whose pub/sub connection dropped joins the line again only at its refresh",
         "queue.py",
@@ -1113,7 +1113,7 @@ MUTANTS = [
             "tests/turns/test_pubsub.py::test_a_process_whose_pubsub_connections_drop_joins_the_line_again_at_once",
         ),
     ),
-    # The sixteenth session's fix (seed 281474985869760, one pub/sub connection dropped).
+    # Seed 281474985869760 (one pub/sub connection dropped).
     Mutant(
         "a process whose pub/sub connection dropped offers firm before it is subscribed again",
         "queue.py",
@@ -1136,7 +1136,7 @@ MUTANTS = [
             "test_after_a_reset_the_head_is_deaf_until_its_subscriptions_are_back",
         ),
     ),
-    # The tenth session's second fix (seed 70368944185082, nodes that are clusters).
+    # Seed 70368944185082 (nodes that are clusters).
     Mutant(
         "a waiter sleeps to the longest ttl among the nodes that said held",
         "votes.py",
@@ -1147,7 +1147,7 @@ MUTANTS = [
             "test_a_waiter_wakes_when_a_quorum_is_free_not_at_a_rivals_longer_ttl",
         ),
     ),
-    # The eleventh session's two fixes: the stall watchdog, and an extend() read late.
+    # The stall watchdog, and an extend() read late.
     Mutant(
         "a loop blocked past the stall timeout resets a connection whose replies wait unread",
         "node.py",
@@ -1168,7 +1168,7 @@ MUTANTS = [
             "test_a_silent_connection_is_reset_once_its_oldest_request_waited_too_long",
         ),
     ),
-    # The twelfth session's: a request the loop blocked in the write buffer.
+    # A request the loop blocked in the write buffer.
     Mutant(
         "the stall watchdog times a request from its send, though a block kept it unwritten",
         "node.py",
@@ -1218,8 +1218,8 @@ MUTANTS = [
         "        if False:",
         ("tests/test_lock.py::test_an_extend_confirmed_after_its_validity_ran_out_says_so",),
     ),
-    # The nineteenth session's fix (seed 2251799813703477, subscriptions held back): a
-    # subscription made again took the reply to the one before for its confirmation.
+    # Seed 2251799813703477 (subscriptions held back): a subscription made again must not
+    # take the reply to the one before for its confirmation.
     Mutant(
         "a subscription made again is confirmed by the reply to the one before",
         "pubsub.py",

@@ -412,7 +412,7 @@ async def test_chaos_with_renewal_and_majority_pauses(servers: Servers) -> None:
 
 @pytest.mark.slow
 async def test_chaos_with_late_messages(servers: Servers) -> None:
-    """Issue 31: the renew checker, unchanged, while the nemesis makes messages late."""
+    """The renew checker, unchanged, while the nemesis makes messages late."""
     sections, errors, nemesis = await _run_chaos(servers, "delay", RENEW_SECONDS)
     assert isinstance(nemesis, DelayNemesis)
     stats = check_renewed(sections)

@@ -421,9 +421,9 @@ async def test_a_quorum_of_equal_grants_is_delivered_and_late_ones_follow_the_ho
 
 
 async def test_grants_from_nodes_the_heads_own_clean_up_released_never_count() -> None:
-    """Issue 32 (found by the simulation): the head's own failed attempt, with the
-    offer's token, released it on nodes 0 and 1, grants included. Their grants, heard
-    before or (pub/sub being another connection) after, never count again."""
+    """Found by the simulation: the head's own failed attempt, with the offer's token,
+    releases it on nodes 0 and 1, grants included. Their grants, heard before or
+    (pub/sub being another connection) after, never count again."""
     sent = time.monotonic()
     grants = Grants(_Quorum())  # type: ignore[arg-type]
     head = Taker(b"t", 10.0)

@@ -256,8 +256,8 @@ async def test_late_arrival(
 async def test_a_repair_held_back_lands_before_the_release_sent_after_it(
     servers: Servers, clients: list[redis.Redis], name: str
 ) -> None:
-    """Issue 31, item 6: on its own connection, a REPAIR held back landed after the
-    holder's release and re-created the key on a minority for one ttl."""
+    """A REPAIR on a connection of its own, held back, would land after the holder's
+    release and re-create the key on a minority for one ttl."""
     async with nemesis(servers) as net, LockManager(net.urls, node_timeout=NODE_TIMEOUT) as locks:
         lock = locks.lock(name, ttl=0.6)
         assert await lock.acquire(timeout=0)

@@ -308,6 +308,28 @@ def test_the_package_and_the_guides_say_what_is_not_how_it_came_to_be() -> None:
     assert found == []
 
 
+#: What a test's comment may not say either: a seed names the schedule that shows a
+#: behaviour (docs/project/findings.md), but an issue, a commit or an earlier version of
+#: the code is history (CONTRIBUTING.md, "Style").
+TEST_HISTORY = re.compile(
+    r"\bissues? \d+|\b(?:on|at) [0-9a-f]{7}\b|\bold code\b|\b[a-z]+th session\b", re.IGNORECASE
+)
+
+
+def test_the_tests_say_what_is_not_how_it_came_to_be() -> None:
+    root = PACKAGE.parent
+    kept = root / "tests" / "sim" / "kept.py"  # (the findings' record, prose and all)
+    found = [
+        f"{path.relative_to(root)}:{n}: {match.group(0)}"
+        for path in sorted((root / "tests").rglob("*.py"))
+        if path != kept
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        for match in [TEST_HISTORY.search(line)]
+        if match is not None
+    ]
+    assert found == []
+
+
 def test_no_function_of_the_package_is_excused_from_the_function_limits() -> None:
     # ruff's C901, PLR0915 and PLR1702 (pyproject.toml) hold every function of aiolock/:
     # one over them is split, not excused.

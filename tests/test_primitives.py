@@ -246,7 +246,7 @@ async def test_semaphore_never_exceeds_limit_across_processes(urls: list[str]) -
 async def test_a_try_on_a_full_semaphore_costs_the_same_at_any_limit(
     locks: LockManager, clients: list[redis.Redis], name: str
 ) -> None:
-    """Issue 19: finding a free slot, or learning there is none, is not a walk over slots."""
+    """Finding a free slot, or learning there is none, is not a walk over slots."""
     limit = 40
     before = sum(isinstance(o, Lock) for o in gc.get_objects())
     probe = locks.semaphore(name, limit, ttl=30)

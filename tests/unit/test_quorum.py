@@ -377,7 +377,7 @@ async def test_a_fencing_token_no_majority_confirmed_is_not_handed_out() -> None
 async def test_a_node_the_clean_up_released_never_counts_for_a_grant_though_its_no_came_late() -> (
     None
 ):
-    """Issue 32, found by the simulation again (seed 200016431, with no fault at all).
+    """Found by the simulation (seed 200016431, with no fault at all).
 
     The head's attempt was decided lost by two "held" replies before node 1 answered:
     its clean-up released the token on node 1, deleting a grant that had just landed
