@@ -309,10 +309,12 @@ def test_the_package_and_the_guides_say_what_is_not_how_it_came_to_be() -> None:
 
 
 #: What a test's comment may not say either: a seed names the schedule that shows a
-#: behaviour (docs/project/findings.md), but an issue, a commit or an earlier version of
-#: the code is history (CONTRIBUTING.md, "Style").
+#: behaviour (docs/project/findings.md), but an issue, a commit, a date or an earlier
+#: version of the code is history (CONTRIBUTING.md, "Style").
 TEST_HISTORY = re.compile(
-    r"\bissues? \d+|\b(?:on|at) [0-9a-f]{7}\b|\bold code\b|\b[a-z]+th session\b", re.IGNORECASE
+    r"\bissues? \d+|\b(?:on|at) [0-9a-f]{7}\b|\bold code\b|\b[a-z]+th session\b"
+    r"|\b20\d\d-\d\d-\d\d\b",
+    re.IGNORECASE,
 )
 
 

@@ -91,7 +91,7 @@ BUSY = "busy: the run was stopped as a livelock (too many messages)"
 RUNAWAY_SECONDS = 60
 #: The address space a search worker may use (a schedule normally needs well under 1 GiB).
 #: Over it, the schedule is reported with its seed: a worker the kernel kills for memory
-#: (one reached 18.7 GB on 2026-11-25) would lose its seed, and hang the pool.
+#: (a runaway schedule can reach tens of GB) would lose its seed, and hang the pool.
 MEMORY_LIMIT = 4 << 30
 
 
