@@ -291,8 +291,6 @@ class Quorum:
             for i in range(self.n)
             if (verdicts[i] and replies[i][1] < fence) or verdicts[i] is False
         ]
-        if at_fence >= self.quorum and not behind:
-            return fence
         args = (b"1", fence_key, b"%d" % fence, retention)
 
         def send(node: NodeLike, callback: Callback) -> None:
