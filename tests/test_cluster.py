@@ -199,24 +199,33 @@ async def subscriptions(cluster: Cluster, server: Server, channel: bytes) -> tup
 
 
 @contextlib.asynccontextmanager
+async def two_managers(
+    cluster: Cluster, cluster_client: Any
+) -> AsyncIterator[tuple[aiolock.LockManager, aiolock.LockManager]]:
+    """Two managers of one cluster, each with a client of its own (as two processes)."""
+    other_client = cluster.client()
+    try:
+        async with (
+            aiolock.LockManager([cluster_client]) as first,
+            aiolock.LockManager([other_client]) as second,
+        ):
+            yield first, second
+    finally:
+        await other_client.aclose()
+
+
+@contextlib.asynccontextmanager
 async def held_and_awaited(
     cluster: Cluster, cluster_client: Any, name: str
 ) -> AsyncIterator[tuple[aiolock.Lock, aiolock.Lock, asyncio.Task[bool]]]:
     """A lock held (ttl 30 s) by one manager, and a waiter for it in another."""
-    second = cluster.client()
-    try:
-        async with (
-            aiolock.LockManager([cluster_client]) as holders,
-            aiolock.LockManager([second]) as waiters,
-        ):
-            holder = holders.lock(name, ttl=30, auto_renew=False)
-            assert await holder.acquire()
-            waiting = waiters.lock(name, ttl=5)
-            waiter = asyncio.create_task(waiting.acquire(timeout=20))
-            await asyncio.sleep(0.3)
-            yield holder, waiting, waiter
-    finally:
-        await second.aclose()
+    async with two_managers(cluster, cluster_client) as (holders, waiters):
+        holder = holders.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire()
+        waiting = waiters.lock(name, ttl=5)
+        waiter = asyncio.create_task(waiting.acquire(timeout=20))
+        await asyncio.sleep(0.3)
+        yield holder, waiting, waiter
 
 
 async def wait_woken(holder: aiolock.Lock, waiter: asyncio.Task[bool]) -> float:
@@ -279,32 +288,25 @@ async def test_two_clients_of_one_cluster_are_a_duplicate_node(cluster: Cluster)
 async def test_exclusion_and_pubsub_wakeup_between_managers(
     cluster: Cluster, cluster_client: Any, name: str
 ) -> None:
-    other_client = cluster.client()
-    try:
-        async with (
-            aiolock.LockManager([cluster_client]) as first,
-            aiolock.LockManager([other_client]) as second,
-        ):
-            holder = first.lock(name, ttl=30)
-            await holder.acquire()
-            held_token = holder.fencing_token
-            assert held_token is not None
-            assert not await second.lock(name, ttl=30).acquire(timeout=0)
+    async with two_managers(cluster, cluster_client) as (first, second):
+        holder = first.lock(name, ttl=30)
+        await holder.acquire()
+        held_token = holder.fencing_token
+        assert held_token is not None
+        assert not await second.lock(name, ttl=30).acquire(timeout=0)
 
-            async def release_soon() -> None:
-                await asyncio.sleep(0.2)
-                await holder.release()
+        async def release_soon() -> None:
+            await asyncio.sleep(0.2)
+            await holder.release()
 
-            task = asyncio.create_task(release_soon())
-            started = time.monotonic()
-            # Without the release message the waiter would sleep on the holder's
-            # 30 s PTTL and time out: the wake-up crossed the cluster bus.
-            async with second.lock(name, ttl=30, timeout=10) as waiter:
-                assert time.monotonic() - started < 8
-                assert waiter.fencing_token > held_token
-            await task
-    finally:
-        await other_client.aclose()
+        task = asyncio.create_task(release_soon())
+        started = time.monotonic()
+        # Without the release message the waiter would sleep on the holder's
+        # 30 s PTTL and time out: the wake-up crossed the cluster bus.
+        async with second.lock(name, ttl=30, timeout=10) as waiter:
+            assert time.monotonic() - started < 8
+            assert waiter.fencing_token > held_token
+        await task
 
 
 async def test_a_handoff_to_a_shorter_ttl_is_announced_on_sharded_pubsub(
@@ -314,29 +316,22 @@ async def test_a_handoff_to_a_shorter_ttl_is_announced_on_sharded_pubsub(
     # within a process to a task with a shorter ttl announced nothing, that task's lock
     # expired in its body, and a waiter of another process slept on the PTTL it had
     # learnt before (no turn queue on a cluster: nothing else wakes it).
-    other_client = cluster.client()
-    try:
-        async with (
-            aiolock.LockManager([cluster_client]) as holder_side,
-            aiolock.LockManager([other_client]) as waiter_side,
-        ):
-            holder = holder_side.lock(name, ttl=30, auto_renew=False)
-            assert await holder.acquire(timeout=0)
-            waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
-            waits = asyncio.create_task(waiter.acquire(timeout=10))
-            taker = holder_side.lock(name, ttl=0.3, auto_renew=False)
-            takes = asyncio.create_task(taker.acquire(timeout=10))
-            await asyncio.sleep(0.3)  # (the waiter's attempt failed: it sleeps on 30 s)
-            assert not waits.done()
-            handed_on = time.monotonic()
-            await holder.release()  # within the process: the key lives 0.3 s now
-            assert await takes  # (and is never released: it expires)
-            # Broken: the waiter slept on the 30-s PTTL and timed out (10 s).
-            assert await asyncio.wait_for(waits, 20)
-            assert time.monotonic() - handed_on < 3
-            await waiter.release()
-    finally:
-        await other_client.aclose()
+    async with two_managers(cluster, cluster_client) as (holder_side, waiter_side):
+        holder = holder_side.lock(name, ttl=30, auto_renew=False)
+        assert await holder.acquire(timeout=0)
+        waiter = waiter_side.lock(name, ttl=30, auto_renew=False)
+        waits = asyncio.create_task(waiter.acquire(timeout=10))
+        taker = holder_side.lock(name, ttl=0.3, auto_renew=False)
+        takes = asyncio.create_task(taker.acquire(timeout=10))
+        await asyncio.sleep(0.3)  # (the waiter's attempt failed: it sleeps on 30 s)
+        assert not waits.done()
+        handed_on = time.monotonic()
+        await holder.release()  # within the process: the key lives 0.3 s now
+        assert await takes  # (and is never released: it expires)
+        # Broken: the waiter slept on the 30-s PTTL and timed out (10 s).
+        assert await asyncio.wait_for(waits, 20)
+        assert time.monotonic() - handed_on < 3
+        await waiter.release()
 
 
 async def test_a_cluster_is_one_vote_among_standalone_nodes(

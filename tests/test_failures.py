@@ -561,33 +561,47 @@ async def test_a_majority_restarted_empty_is_quarantined_until_the_holder_is_gon
         await holder
 
 
-async def test_a_node_whose_run_id_changed_is_quarantined_whatever_its_uptime(
-    servers: Servers, name: str
-) -> None:
-    grace = 1.5
+@contextlib.asynccontextmanager
+async def failed_over(
+    servers: Servers, name: str, grace: float
+) -> AsyncIterator[tuple[LockManager, Proxy]]:
+    """A manager of three nodes, ``restart_grace=grace``, once its first node failed over.
+
+    Every server is older than the grace. The manager takes ``name`` once, then the
+    first node's address leads to another server (its own run_id, the same long
+    uptime) and the third node is killed: the quorum of 2 needs the switched node.
+    Yields once the node has noticed the reset and read the new run_id.
+    """
     async with redis_servers(1) as spare, proxies(servers[:1]) as (proxy,):
         await asyncio.sleep(grace + 1.0)  # every server is older than the grace now
         nodes = [proxy.url, servers[1], servers[2]]
         async with LockManager(nodes, node_timeout=0.1, restart_grace=grace) as locks:
             async with locks.lock(name, ttl=1.0):
                 pass
-            # A failover behind the same address: another server, with its own run_id.
             proxy.target_port = spare.servers[0].port
             proxy.reset()
             server2 = servers.servers[2]
             assert isinstance(server2, Server)
-            server2.kill()  # the quorum of 2 now needs the switched node
-            await asyncio.sleep(0.2)  # the node notices the reset
-            changed_at = time.monotonic()
-            with pytest.raises(QuorumError, match=r"restarted .* \(its run_id changed\)"):
-                await locks.lock(name).acquire(timeout=0)
-            while True:
-                with contextlib.suppress(QuorumError):
-                    if await locks.lock(name, ttl=1.0, auto_renew=False).acquire(timeout=0):
-                        break
-                assert time.monotonic() - changed_at < grace + 3
-                await asyncio.sleep(0.05)
-            assert time.monotonic() - changed_at >= grace - 0.3
+            server2.kill()
+            await asyncio.sleep(0.2)  # the node notices the reset, reads the new run_id
+            yield locks, proxy
+
+
+async def test_a_node_whose_run_id_changed_is_quarantined_whatever_its_uptime(
+    servers: Servers, name: str
+) -> None:
+    grace = 1.5
+    async with failed_over(servers, name, grace) as (locks, _proxy):
+        changed_at = time.monotonic()
+        with pytest.raises(QuorumError, match=r"restarted .* \(its run_id changed\)"):
+            await locks.lock(name).acquire(timeout=0)
+        while True:
+            with contextlib.suppress(QuorumError):
+                if await locks.lock(name, ttl=1.0, auto_renew=False).acquire(timeout=0):
+                    break
+            assert time.monotonic() - changed_at < grace + 3
+            await asyncio.sleep(0.05)
+        assert time.monotonic() - changed_at >= grace - 0.3
 
 
 async def test_a_failed_over_nodes_quarantine_outlasts_a_reconnect(
@@ -600,24 +614,13 @@ async def test_a_failed_over_nodes_quarantine_outlasts_a_reconnect(
     # time back to an hour ago: the quarantine ended at the first reconnect, and a
     # rival took the lock on the empty node while its holder still held it.
     grace = 2.0
-    async with redis_servers(1) as spare, proxies(servers[:1]) as (proxy,):
-        await asyncio.sleep(grace + 1.0)  # every server is older than the grace now
-        nodes = [proxy.url, servers[1], servers[2]]
-        async with LockManager(nodes, node_timeout=0.1, restart_grace=grace) as locks:
-            async with locks.lock(name, ttl=1.0):
-                pass
-            proxy.target_port = spare.servers[0].port
-            proxy.reset()
-            server2 = servers.servers[2]
-            assert isinstance(server2, Server)
-            server2.kill()  # the quorum of 2 now needs the switched node
-            await asyncio.sleep(0.2)  # the node notices the reset, reads the new run_id
-            with pytest.raises(QuorumError, match=r"restarted .* \(its run_id changed\)"):
-                await locks.lock(name).acquire(timeout=0)
-            proxy.reset()  # a blip: the node reconnects to the same new server
-            await asyncio.sleep(0.2)
-            with pytest.raises(QuorumError, match=r"restarted .* \(its run_id changed\)"):
-                await locks.lock(name).acquire(timeout=0)
+    async with failed_over(servers, name, grace) as (locks, proxy):
+        with pytest.raises(QuorumError, match=r"restarted .* \(its run_id changed\)"):
+            await locks.lock(name).acquire(timeout=0)
+        proxy.reset()  # a blip: the node reconnects to the same new server
+        await asyncio.sleep(0.2)
+        with pytest.raises(QuorumError, match=r"restarted .* \(its run_id changed\)"):
+            await locks.lock(name).acquire(timeout=0)
 
 
 async def test_majority_restarted_empty_while_held_is_lost(servers: Servers, name: str) -> None:

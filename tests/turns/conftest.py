@@ -60,6 +60,13 @@ def giving_way(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(aiolock._waiting.turns, "FALLBACK", 30.0)
 
 
+@pytest.fixture
+def no_refresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No process refreshes its place in line during the test (each entry lives 60 s)."""
+    monkeypatch.setattr(aiolock._waiting.turns, "REFRESH", 30.0)
+    monkeypatch.setattr(aiolock._waiting.turns, "ENTRY_TTL", 60.0)
+
+
 async def _released_message(client: redis.Redis, name: str) -> Callable[[], Awaitable[bytes]]:
     """Subscribe to ``name``'s release channel; returns: await the next message."""
     pubsub = client.pubsub()

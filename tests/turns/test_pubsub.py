@@ -366,7 +366,7 @@ async def test_where_pubsub_is_refused_a_head_holding_back_holds_back_again_if_w
 
 
 async def test_a_process_whose_pubsub_connections_drop_joins_the_line_again_at_once(
-    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+    urls: list[str], clients: list[redis.Redis], name: str, no_refresh: None
 ) -> None:
     # Found by the simulation (seed 281474983711000, pub/sub connections dropped): a
     # release granted the lock to the other process as its pub/sub connections
@@ -375,13 +375,8 @@ async def test_a_process_whose_pubsub_connections_drop_joins_the_line_again_at_o
     # next refresh (0.5 s), it let the holder's process hand the lock to its own
     # waiters 15 times in a row. A process that loses a pub/sub connection now joins
     # again at its place at once (what it missed may have taken it out).
-    monkeypatch.setattr(aiolock._waiting.turns, "REFRESH", 30.0)  # no refresh during the test
-    monkeypatch.setattr(aiolock._waiting.turns, "ENTRY_TTL", 60.0)
     async with LockManager(urls) as busy, LockManager(urls) as other:
-        holder = busy.lock(name, ttl=30, auto_renew=False)
-        assert await holder.acquire(timeout=0)
-        waiter = other.lock(name, ttl=30, auto_renew=False)
-        waits = asyncio.create_task(waiter.acquire(timeout=20))
+        holder, waiter, waits = await _waiting_behind(busy, other, clients, name)
         [member] = await in_line(clients, name, 1)
         for client in clients:  # what an unheard grant does on each node
             await client.eval(TURN_LEAVE_SCRIPT.source, 3, *turn_keys(key(name).encode()), member)
@@ -396,7 +391,7 @@ async def test_a_process_whose_pubsub_connections_drop_joins_the_line_again_at_o
 
 
 async def test_a_process_whose_pubsub_connections_drop_offers_tentatively_until_they_are_back(
-    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
+    urls: list[str], clients: list[redis.Redis], name: str, no_refresh: None
 ) -> None:
     # Found by the simulation's streak rule (seed 281474985869760, one pub/sub drop,
     # no other fault): the process joined the line again at once (above), its offer
@@ -407,8 +402,6 @@ async def test_a_process_whose_pubsub_connections_drop_offers_tentatively_until_
     # a row. Its subscriptions are asked for again on the new connections: until each
     # node confirms, its offer is tentative (an unheard grant keeps it in line), and
     # the confirmations wake its head (a release may have gone unheard meanwhile).
-    monkeypatch.setattr(aiolock._waiting.turns, "REFRESH", 30.0)  # no refresh during the test
-    monkeypatch.setattr(aiolock._waiting.turns, "ENTRY_TTL", 60.0)
     turns = key(name) + ":turns"
     async with (
         nemesis(urls) as net,
