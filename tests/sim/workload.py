@@ -243,25 +243,7 @@ def make_config(plan: Plan) -> Config:
     if plan.version >= 4:  # (the foci a measurement keeps: FOCI_KEPT)
         focus(cfg, random.Random(f"focus-{seed}"), FOCI_KEPT, share=FOCUSED)
     elif plan.has("focus"):
-        foci = (
-            FOCI_GRANTS
-            if plan.has("grants")
-            else FOCI_LONE
-            if plan.has("lone")
-            else FOCI_SPLIT
-            if plan.has("split")
-            else FOCI_HANDOVER
-            if plan.has("handover")
-            else FOCI_BLOCK
-            if plan.has("step_stall")
-            else FOCI_DEATH
-            if plan.has("death")
-            else FOCI_LAG
-            if plan.has("lag")
-            else FOCI_LATER
-            if plan.has("repair")
-            else FOCI
-        )
+        foci = next((foci for since, foci in V1_FOCI if plan.has(since)), FOCI)
         focus(cfg, random.Random(f"focus-{seed}"), foci)
     if plan.has("step_stall") and cfg.focus == "lease":
         chain = random.Random(f"chain-{seed}")
@@ -389,6 +371,18 @@ FOCI_LONE: dict[str, tuple[str, ...]] = {**FOCI_SPLIT, "lone": ()}
 #:   a head that holds the lock by the other nodes since, heard after its renewals
 #:   counted that node ('grants' (plan.V1_FROM)).
 FOCI_GRANTS: dict[str, tuple[str, ...]] = {**FOCI_LONE, "grants": ("pause",)}
+#: Version 1's foci by seed: those of the newest behaviour a seed has (plan.V1_FROM);
+#: below 'repair', :data:`FOCI`.
+V1_FOCI: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
+    ("grants", FOCI_GRANTS),
+    ("lone", FOCI_LONE),
+    ("split", FOCI_SPLIT),
+    ("handover", FOCI_HANDOVER),
+    ("step_stall", FOCI_BLOCK),
+    ("death", FOCI_DEATH),
+    ("lag", FOCI_LAG),
+    ("repair", FOCI_LATER),
+)
 #: From version 4 on, the foci that stay: each either judges a promise that only its
 #: runs can (a rule bound to the focus's faults), or reaches what the swarm alone
 #: did not in a search-alone measurement (docs/project/testing.md, "Measuring the

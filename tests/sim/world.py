@@ -1443,6 +1443,11 @@ class World:
         lasting += 10 * fault.scale if kind in ("delay", "slow", "lag", "pubsub") else 0.0
         return lasting + (1.0 if kind in ("late", "partition", "subscribe", "split") else 0.0)
 
+    def _in_force(self, faults: list[Any], fault: Any, seconds: float) -> None:
+        """``fault`` is in ``faults`` (those in force, read as messages go) for ``seconds``."""
+        faults.append(fault)
+        self.loop.call_at(self.now + seconds, faults.remove, fault)
+
     def _apply(self, fault: Fault) -> None:
         self.trace(f"fault {fault}")
         self.over.append(self.now + self._lasting(fault))
@@ -1470,9 +1475,7 @@ class World:
                 only = {self.rng.choice(links)} if links else set()
             if only is not None:
                 self.trace(f"delay on {', '.join(sorted(link.name for link in only))}")
-            entry = (fault, only)
-            self._delays.append(entry)
-            self.loop.call_at(self.now + fault.seconds, self._delays.remove, entry)
+            self._in_force(self._delays, (fault, only), fault.seconds)
         elif kind == "die":
             # Its connections close: what it had sent runs (the kernel sends what was
             # written before the process died), and nothing more comes from it.
@@ -1480,18 +1483,14 @@ class World:
             for link in list(self.links):
                 if link.process == fault.process:
                     link.sever(apply=True, tell=False)
-        elif kind == "lag":
-            self._lags.append(fault)
-            self.loop.call_at(self.now + fault.seconds, self._lags.remove, fault)
-        elif kind == "late":
-            self._late.append(fault)
-            self.loop.call_at(self.now + fault.seconds, self._late.remove, fault)
-        elif kind == "pubsub":
-            self._pubsub.append(fault)
-            self.loop.call_at(self.now + fault.seconds, self._pubsub.remove, fault)
-        elif kind == "subscribe":
-            self._subscribing.append(fault)
-            self.loop.call_at(self.now + fault.seconds, self._subscribing.remove, fault)
+        elif kind in ("lag", "late", "pubsub", "subscribe"):
+            kinds = {
+                "lag": self._lags,
+                "late": self._late,
+                "pubsub": self._pubsub,
+                "subscribe": self._subscribing,
+            }
+            self._in_force(kinds[kind], fault, fault.seconds)
         elif kind == "sever":
             for link in list(node.sessions):
                 if fault.process in (-1, link.process):
