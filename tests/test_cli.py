@@ -124,6 +124,8 @@ def test_bench_prints_figures_as_json() -> None:
     cpu = {f["name"]: f for f in report["cpu"]}
     assert set(cpu) == {"redis-py Lock, 1 node", "aiolock, 1 node", "aiolock, 5 nodes"}
     assert all(f["client_us"] > 0 and f["server_us"] > 0 and f["cycles"] > 0 for f in cpu.values())
+    # The servers' CPU is every server's: five nodes run a cycle's scripts five times.
+    assert cpu["aiolock, 5 nodes"]["server_us"] > 2 * cpu["aiolock, 1 node"]["server_us"]
 
 
 async def test_inspect_shows_the_holder_without_its_token(
