@@ -1,4 +1,4 @@
-"""How long before its validity estimate ends is a holder told of a loss (issue 21)?
+"""How long before its validity estimate ends is a holder told of a loss?
 
     python benchmarks/loss_margin.py [TTL ...]
 
@@ -21,7 +21,7 @@ from aiolock.testing import Server, redis_servers
 
 
 async def margin(urls: list[str], servers: list[Server], ttl: float, hang_after: float) -> float:
-    async with LockManager(urls) as locks:
+    async with LockManager(urls, restart_grace=0) as locks:  # (fresh servers)
         valid_until = 0.0
         told = float("nan")
         try:

@@ -1,10 +1,10 @@
-"""What a big renewal tick costs the acquires of the same manager (issue 31).
+"""What a big renewal tick costs the acquires of the same manager.
 
     python benchmarks/renewal_hol.py [LOCKS] [SECONDS]
 
-Since issue 31 the renewal shares each node's one ordered connection with acquires and
-releases (so that nothing of ours lands after a later command of ours), and sends a big
-batch one chunk (up to 1,000 locks) at a time per node. This holds LOCKS auto-renewed
+The renewal shares each node's one ordered connection with acquires and releases (so
+that nothing of ours lands after a later command of ours), and sends a big batch one
+chunk (up to 1,000 locks) at a time per node. This holds LOCKS auto-renewed
 locks (default 10,000, ttl 3 s: a batch every second) on 5 local nodes and times
 acquire+release cycles of another lock for SECONDS (default 8): median, p99, p99.9 and
 the worst, in microseconds. Run it from a checkout (``PYTHONPATH=.``) to compare two.

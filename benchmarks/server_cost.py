@@ -45,7 +45,8 @@ async def script_usec(client: redis.Redis) -> float:
 async def main(cycles: int) -> None:
     async with redis_servers(1) as urls:
         client = redis.Redis.from_url(urls[0])
-        locks = aiolock.LockManager(urls)
+        # A fresh server: no restart quarantine (it never held a lock).
+        locks = aiolock.LockManager(urls, restart_grace=0)
         try:
             await locks.__aenter__()
             lock = locks.lock("bench:server-cost", ttl=10, auto_renew=False)
