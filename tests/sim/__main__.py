@@ -3,7 +3,7 @@
     python -m tests.sim search [--first N] [--count K | --seconds S] [--jobs J] [--where T,..]
     python -m tests.sim replay SEED [--keep 0,3] [--around 40]
     python -m tests.sim shrink SEED
-    python -m tests.sim mutants [NAME ...] [--seconds S] [--first N] [--where T,..]
+    python -m tests.sim mutants [NAME ...] [--count K | --seconds S] [--first N] [--where T,..]
     python -m tests.sim digests [--first N] [--count K | --kept]
     python -m tests.sim regressions [--first-for NAME | --part I/N]
     python -m tests.sim findings
@@ -16,9 +16,11 @@ around the first violation (or whole, with ``--around 0``) and its digest; ``shr
 finds the fewest faults of a failing seed that still fail; ``mutants`` applies each
 named mutant of tests/mutants.py in turn, replays the seeds kept as tests (what the
 suite replays on every run) and, if none fails, searches until the simulation kills it
-or the time is up; ``regressions`` replays the kept seeds and reports those that fail
-(``--first-for NAME``: the seeds kept for that named mutant first, stopping at the first
-failure, as ``mutants`` does; ``--part I/N``: every N-th seed from the I-th, as the suite
+or its budget is spent (``--count``: that many schedules, which finds the same on a busy
+machine as on an idle one, as seeds are judged in order; ``--seconds``: that long);
+``regressions`` replays the kept seeds and reports those that fail (``--first-for NAME``:
+the seeds kept for that named mutant first, stopping at the first failure, as
+``mutants`` does; ``--part I/N``: every N-th seed from the I-th, as the suite
 shares them out; a kept seed whose run is stopped as busy, a livelock, fails too, as its
 replay does, though a search reports such seeds apart); ``digests`` prints each seed's
 history digest, one per line (or each seed kept as a test, with the faults it keeps:
@@ -241,7 +243,7 @@ def regressions(first_for: str | None = None, part: tuple[int, int] = (0, 1)) ->
 
 def mutants(
     names: list[str],
-    seconds: float,
+    budget: tuple[str, float],
     jobs: int,
     first: int | None,
     where: str | None = None,
@@ -250,14 +252,15 @@ def mutants(
     search_only: bool = False,
 ) -> int:
     """Each named mutant applied in turn; the kept seeds (unless ``search_only``), then
-    the search (from ``first``, else search's default), must find a violation in time."""
+    the search (from ``first``, else search's default), must find a violation within
+    ``budget``: ``("--count", schedules)`` or ``("--seconds", seconds)``."""
     from tests.mutants import MUTANTS, run_mutated
 
     chosen = [m for m in MUTANTS if not names or m.name in names]
     survived = []
     for mutant in chosen:
         started = time.monotonic()
-        search = ["search", "--seconds", str(seconds), "--jobs", str(jobs)]
+        search = ["search", budget[0], f"{budget[1]:g}", "--jobs", str(jobs)]
         search += ["--first", str(first)] if first is not None else []
         search += ["--where", where] if where else []
         search += ["--version", str(version)]
@@ -355,7 +358,9 @@ def main(argv: list[str]) -> int:
     k.add_argument("seed", type=_target)
     m = sub.add_parser("mutants")
     m.add_argument("names", nargs="*")
-    m.add_argument("--seconds", type=float, default=300.0)
+    spent = m.add_mutually_exclusive_group()
+    spent.add_argument("--count", type=int, help="schedules searched per mutant")
+    spent.add_argument("--seconds", type=float, default=300.0)
     m.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     m.add_argument("--first", type=int)
     m.add_argument("--where", help="as search's")
@@ -416,7 +421,7 @@ def main(argv: list[str]) -> int:
         return 1 if result.failed else 0
     return mutants(
         args.names,
-        args.seconds,
+        ("--count", args.count) if args.count is not None else ("--seconds", args.seconds),
         args.jobs,
         args.first,
         args.where,
