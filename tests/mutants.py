@@ -126,8 +126,8 @@ MUTANTS = [
     Mutant(
         "extend() not shielded from the caller's cancellation",
         "quorum.py",
-        "votes = await self._run(send, is_one, shielded=True, then=then)",
-        "votes = await self._run(send, is_one, shielded=False, then=then)",
+        "votes = await self._run(script, args, is_one, shielded=True, then=then)",
+        "votes = await self._run(script, args, is_one, shielded=False, then=then)",
         ("tests/test_lock.py",),
     ),
     Mutant(
@@ -1236,9 +1236,8 @@ MUTANTS = [
     Mutant(
         "a fan-out's timer set going before its requests are sent",
         "quorum.py",
-        "        record = votes.record\n        for i in indices:",
-        "        self._timer.start(votes)\n"
-        "        record = votes.record\n        for i in indices:",
+        "        record, nodes = votes.record, self.nodes\n",
+        "        self._timer.start(votes)\n        record, nodes = votes.record, self.nodes\n",
         (
             "tests/test_node_io.py::"
             "test_a_block_within_a_fan_outs_writes_does_not_eat_its_node_timeout",

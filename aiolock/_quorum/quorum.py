@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._core.batch import BatchVotes, as_extended, batch_chunks, chunk_args, extend_one
-from .._core.calls import Callback, Soon, ignore
+from .._core.calls import Soon, ignore
 from .._core.cancel import shielded
 from .._core.keys import fence_key as fence_key_of
 from .._core.keys import fence_retention
@@ -64,6 +64,8 @@ __all__ = ["Cleanup", "Quorum"]
 
 #: How a failed attempt is cleaned up, when not with ``RELEASE`` (see Quorum.acquire).
 Cleanup = tuple[Script, tuple[bytes, ...], tuple[bytes, ...]]
+#: What a reply asks for more keys, if it does (see keys_asked.py).
+KeysAsked = Callable[[Any], tuple[bytes, ...] | None]
 
 
 class Quorum:
@@ -103,13 +105,15 @@ class Quorum:
 
     def _start(
         self,
-        send: Callable[[NodeLike, Callback], None],
+        script: Script,
+        args: tuple[bytes, ...],
         classify: Classifier,
         *,
         early: bool,
         only: Sequence[int] | None = None,
         others: Any = None,
         veto: Veto | None = None,
+        keys_asked: KeysAsked | None = None,
     ) -> tuple[Votes, asyncio.Future[None], TimedFanOut]:
         loop = asyncio.get_running_loop()
         waiter: asyncio.Future[None] = loop.create_future()
@@ -121,16 +125,21 @@ class Quorum:
             for i in range(self.n):
                 if i not in only:
                     votes.record(i, others)
-        record = votes.record
+        record, nodes = votes.record, self.nodes
         for i in indices:
-            send(self.nodes[i], functools.partial(record, i))
+            callback = functools.partial(record, i)
+            if keys_asked is None:
+                nodes[i].call_script(script, args, callback)
+            else:
+                call_with_keys_asked(nodes[i], script, args, keys_asked, callback)
         # Set going after the sends: its start then follows every write they scheduled
         # for this iteration's end (a script's load written at once, its EVALSHA held).
         return votes, waiter, self._timer.start(votes)
 
     async def _run(
         self,
-        send: Callable[[NodeLike, Callback], None],
+        script: Script,
+        args: tuple[bytes, ...],
         classify: Classifier,
         *,
         early: bool = True,
@@ -139,9 +148,18 @@ class Quorum:
         others: Any = None,
         then: Callable[[Votes], None] | None = None,
         veto: Veto | None = None,
+        keys_asked: KeysAsked | None = None,
     ) -> Votes:
+        """Run ``script`` with ``args`` on every node (or on ``only``): its votes, decided."""
         votes, waiter, timer = self._start(
-            send, classify, early=early, only=only, others=others, veto=veto
+            script,
+            args,
+            classify,
+            early=early,
+            only=only,
+            others=others,
+            veto=veto,
+            keys_asked=keys_asked,
         )
         try:
             try:
@@ -172,7 +190,7 @@ class Quorum:
         fence_key: bytes | None = None,
         more_keys: tuple[bytes, ...] = (),
         more_args: tuple[bytes, ...] = (),
-        keys_asked: Callable[[Any], tuple[bytes, ...] | None] | None = None,
+        keys_asked: KeysAsked | None = None,
         cleanup: Cleanup | None = None,
     ) -> Attempt:
         """One acquire attempt: ``SET key token NX PX ttl`` (in a script) on every node.
@@ -191,12 +209,11 @@ class Quorum:
         args = self._acquire_args(
             key, fence_key, token, ttl, retention=retention, more=(more_keys, more_args)
         )
-        send = _sender(script, args, keys_asked)
         start = self.clock()
         try:
             # A node in its restart quarantine is still asked (its state catches up),
             # but its yes does not count.
-            votes = await self._run(send, is_taken, veto=self.veto)
+            votes = await self._run(script, args, is_taken, veto=self.veto, keys_asked=keys_asked)
             fence = None
             if votes.won:
                 fence = _agreed_fence(votes)
@@ -292,10 +309,6 @@ class Quorum:
             if (verdicts[i] and replies[i][1] < fence) or verdicts[i] is False
         ]
         args = (b"1", fence_key, b"%d" % fence, retention)
-
-        def send(node: NodeLike, callback: Callback) -> None:
-            node.call_script(RAISE_FENCE_SCRIPT, args, callback)
-
         if at_fence >= self.quorum:
             # A majority holds the token already: bring the others up to date
             # without waiting (the requests are in flight on ordered connections).
@@ -305,7 +318,7 @@ class Quorum:
         # Too few nodes hold the token: it must be durable on a majority first.
         # Nodes at the token count as confirmed; every other node is asked.
         ask = [i for i in range(self.n) if not (verdicts[i] and replies[i][1] >= fence)]
-        raised = await self._run(send, is_one, only=ask, others=1)
+        raised = await self._run(RAISE_FENCE_SCRIPT, args, is_one, only=ask, others=1)
         return fence if raised.won else None
 
     async def release(
@@ -325,11 +338,7 @@ class Quorum:
         every node answered or timed out (used for clean-up).
         """
         args = (b"%d" % (1 + len(more_keys)), key, *more_keys, token, *more_args)
-
-        def send(node: NodeLike, callback: Callback) -> None:
-            node.call_script(script, args, callback)
-
-        return await self._run(send, is_one, early=not wait_all, shielded=True, only=only)
+        return await self._run(script, args, is_one, early=not wait_all, shielded=True, only=only)
 
     async def extend(
         self,
@@ -353,12 +362,8 @@ class Quorum:
             if new_token is None
             else (HANDOVER_SCRIPT, (b"1", key, token, new_token, ms))
         )
-
-        def send(node: NodeLike, callback: Callback) -> None:
-            node.call_script(script, args, callback)
-
         start = self.clock()
-        votes = await self._run(send, is_one, shielded=True, then=then)
+        votes = await self._run(script, args, is_one, shielded=True, then=then)
         if votes.won:
             expires_at = self.expiry(start, ttl)
             if expires_at > self.clock():
@@ -370,11 +375,7 @@ class Quorum:
 
         Each node's reply (or failure) is in ``votes.replies``; a list counts as a yes.
         """
-
-        def send(node: NodeLike, callback: Callback) -> None:
-            node.call_script(script, args, callback)
-
-        return await self._run(send, is_list, early=False)
+        return await self._run(script, args, is_list, early=False)
 
     async def extend_many(
         self,
@@ -441,12 +442,3 @@ def _agreed_fence(votes: Votes) -> int | None:
     fences = [reply[1] for reply, verdict in zip(votes.replies, verdicts, strict=True) if verdict]
     fence: int = fences[0]
     return fence if fences.count(fence) == len(fences) >= votes.quorum else None
-
-
-def _sender(
-    script: Script, args: tuple[bytes, ...], keys_asked: Callable[[Any], Any] | None
-) -> Callable[[NodeLike, Callback], None]:
-    """How an attempt sends its script to one node (again with the keys a reply asks)."""
-    if keys_asked is None:
-        return lambda node, callback: node.call_script(script, args, callback)
-    return lambda node, callback: call_with_keys_asked(node, script, args, keys_asked, callback)
