@@ -122,6 +122,12 @@ def names_on_every_master(count: int) -> list[str]:
     return [n for names in found.values() for n in names]
 
 
+async def on_a_master(cluster: Cluster, index: int) -> tuple[str, int, Server]:
+    """A lock name whose key lives on the ``index``-th master: the name, its slot, the master."""
+    name = names_on_every_master(1)[index]
+    return name, key_slot(key(name).encode()), await cluster.master_of(key(name))
+
+
 async def test_a_cluster_is_one_node_and_each_name_lives_on_its_slots_master(
     cluster: Cluster, cluster_client: Any
 ) -> None:
@@ -449,9 +455,7 @@ async def test_a_moved_slot_is_followed(cluster: Cluster, cluster_client: Any) -
 async def test_an_ask_redirect_during_a_migration_is_followed(
     cluster: Cluster, cluster_client: Any
 ) -> None:
-    name = names_on_every_master(1)[1]
-    slot = key_slot(key(name).encode())
-    source = await cluster.master_of(key(name))
+    name, slot, source = await on_a_master(cluster, 1)
     target = next(m for m in cluster.masters if m is not source)
     src, dst = direct(source), direct(target)
     try:
@@ -641,9 +645,7 @@ async def _slot_served(cluster: Cluster, server: Server, slot: int, served: bool
 async def test_clusterdown_during_acquire_is_an_outage_then_recovers(
     cluster: Cluster, cluster_client: Any
 ) -> None:
-    name = names_on_every_master(1)[0]
-    slot = key_slot(key(name).encode())
-    master = await cluster.master_of(key(name))
+    name, slot, master = await on_a_master(cluster, 0)
     async with aiolock.LockManager([cluster_client], node_timeout=0.5) as locks:
         await _slot_served(cluster, master, slot, served=False)
         try:
@@ -666,9 +668,7 @@ async def test_clusterdown_during_acquire_is_an_outage_then_recovers(
 async def test_clusterdown_during_renewal_keeps_the_lock_when_it_ends_in_time(
     cluster: Cluster, cluster_client: Any
 ) -> None:
-    name = names_on_every_master(1)[2]
-    slot = key_slot(key(name).encode())
-    master = await cluster.master_of(key(name))
+    name, slot, master = await on_a_master(cluster, 2)
     async with (
         aiolock.LockManager([cluster_client], node_timeout=0.5) as locks,
         locks.lock(name, ttl=4.0) as lock,
@@ -702,9 +702,7 @@ def names_in_one_slot(count: int) -> list[str]:
 async def test_tryagain_during_acquire_is_retried_until_the_keys_are_together(
     cluster: Cluster, cluster_client: Any
 ) -> None:
-    name = names_on_every_master(1)[1]
-    slot = key_slot(key(name).encode())
-    source = await cluster.master_of(key(name))
+    name, slot, source = await on_a_master(cluster, 1)
     target = next(m for m in cluster.masters if m is not source)
     src = direct(source)
     migrated = False
