@@ -534,7 +534,7 @@ MUTANTS = [
     ),
     Mutant(
         "a fan-out's node_timeout counted from before its requests are written",
-        "votes.py",
+        "quorum.py",
         "self._soon(self._stamp, timed)",
         "self._stamp(timed)",
         ("tests/test_node_io.py",),

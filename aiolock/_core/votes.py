@@ -9,30 +9,23 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NoReturn, Protocol
+from typing import Any, Final, Protocol
 
 from .._lua import Script
-from .calls import Callback, Soon
-from .cancel import outlast
+from .calls import Callback
 
 __all__ = [
     "DRIFT_FLOOR",
     "Attempt",
-    "FanOutTimer",
     "NodeLike",
     "Outcome",
-    "TimedFanOut",
     "Votes",
-    "WriteTimer",
-    "decided_despite",
     "drift",
     "milliseconds",
     "quorum_size",
     "split_pause",
-    "wait_decided",
 ]
 
 #: The constant part of the clock-drift allowance, in seconds (2 ms).
@@ -274,140 +267,6 @@ class Attempt:
             return None
         # The k-th shortest, k = quorum - (nodes not holding): never more than len(pttls).
         return pttls[max(1, votes.quorum - (votes.n - len(pttls))) - 1] / 1000
-
-
-class _Awaited(Protocol):
-    """Votes being counted: a future set once :meth:`decided` (see wait_decided)."""
-
-    waiter: asyncio.Future[None]
-
-    def decided(self) -> bool: ...
-
-
-class WriteTimer:
-    """A fan-out's ``node_timeout`` timer, started once the requests are written.
-
-    A node writes the requests of one loop iteration at its end (see _io/node.py): a
-    timer started with the requests would lose to that iteration however long it ran
-    (a task blocking the loop), and time the nodes out before they were asked. Made
-    after the requests are sent, it starts by ``call_soon`` after the writes they
-    scheduled, and counts from them.
-    """
-
-    __slots__ = ("_handle",)
-
-    def __init__(self, delay: float, callback: Callable[..., object], *args: object) -> None:
-        loop = asyncio.get_running_loop()
-        self._handle: asyncio.Handle = loop.call_soon(self._start, loop, delay, callback, args)
-
-    def _start(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        delay: float,
-        callback: Callable[..., object],
-        args: tuple[object, ...],
-    ) -> None:
-        self._handle = loop.call_later(delay, callback, *args)
-
-    def cancel(self) -> None:
-        """Stop the timer, started or not."""
-        self._handle.cancel()
-
-
-class FanOutTimer:
-    """The ``node_timeout`` of every fan-out of one quorum, on one loop timer.
-
-    A fan-out's time counts from its writes, as a :class:`WriteTimer`'s: :meth:`start`,
-    called after the sends, stamps it by a callback that runs after the writes they
-    scheduled. Every fan-out of a quorum waits the same ``delay``, so their deadlines
-    come in the order they are stamped: they queue, and one loop timer, armed for the
-    oldest, expires what is due. (A timer per fan-out, its heap entry and its
-    cancellation cost a fifth of a one-node lock cycle's client instructions.)
-    """
-
-    __slots__ = ("_armed_on", "_delay", "_due", "_names", "_soon")
-
-    def __init__(self, delay: float, names: Sequence[str], soon: Soon | None = None) -> None:
-        self._delay = delay
-        self._names = names
-        self._soon = Soon() if soon is None else soon
-        self._due: deque[tuple[float, TimedFanOut]] = deque()
-        #: The loop the timer is armed on (None: not armed).
-        self._armed_on: asyncio.AbstractEventLoop | None = None
-
-    def start(self, votes: Votes) -> TimedFanOut:
-        """Time ``votes`` out ``delay`` after the writes scheduled so far."""
-        timed = TimedFanOut(votes)
-        self._soon(self._stamp, timed)
-        return timed
-
-    def _stamp(self, timed: TimedFanOut) -> None:
-        if timed.votes is None:  # decided and cancelled before this ran
-            return
-        loop = asyncio.get_running_loop()
-        self._due.append((loop.time() + self._delay, timed))
-        if self._armed_on is not loop:
-            self._armed_on = loop
-            loop.call_at(self._due[0][0], self._fire)
-
-    def _fire(self) -> None:
-        loop = asyncio.get_running_loop()
-        if self._armed_on is not loop:  # (armed again on another loop since)
-            return
-        now = loop.time()
-        due = self._due
-        while due and (due[0][1].votes is None or due[0][0] <= now):
-            _, timed = due.popleft()
-            votes, timed.votes = timed.votes, None
-            if votes is not None:
-                votes.expire(self._delay, self._names)
-        if due:
-            loop.call_at(due[0][0], self._fire)
-        else:
-            self._armed_on = None
-
-
-class TimedFanOut:
-    """A fan-out on a :class:`FanOutTimer`; :meth:`cancel` takes it off."""
-
-    __slots__ = ("votes",)
-
-    def __init__(self, votes: Votes) -> None:
-        self.votes: Votes | None = votes
-
-    def cancel(self) -> None:
-        """Never time these votes out."""
-        self.votes = None
-
-
-async def wait_decided(votes: _Awaited) -> None:
-    """Wait until ``votes`` are decided even if cancelled meanwhile; re-raise after.
-
-    The wait is bounded by the fan-out timer, so this costs at most ``node_timeout``.
-    The usual path awaits the future directly: ``asyncio.shield`` would cost a
-    future and an event-loop iteration more on every release.
-    """
-    try:
-        await votes.waiter
-    except asyncio.CancelledError as exc:
-        await decided_despite(votes, exc)
-
-
-async def decided_despite(votes: _Awaited, cancelled: BaseException) -> NoReturn:
-    """Wait until ``votes`` are decided after ``cancelled`` interrupted the wait; raise it.
-
-    The cancellation also cancelled the future (unless it was already set): wait on
-    fresh ones, shielded from anyio's cancel scopes too (which would otherwise deliver
-    the cancellation again at every await).
-    """
-    loop = asyncio.get_running_loop()
-    while not votes.decided():
-        waiter = votes.waiter = loop.create_future()
-        try:
-            await outlast(waiter)
-        except asyncio.CancelledError as exc:  # cancelled again meanwhile
-            cancelled = exc
-    raise cancelled
 
 
 def split_pause(outcome: object, took: float, before: int = 0) -> float:

@@ -44,7 +44,7 @@ forgot is never taken: see Recorder.watch_orphans).
   on short blocks, whose only faults are stalls within steps, each longer than
   node_timeout and shorter than a third of the ttl, far apart (run.blocking): every
   node answers at once, its reply waits to be read, and a fan-out's timer counts
-  from its writes (aiolock/_core/votes.py, FanOutTimer), so no operation fails a quorum;
+  from its writes (aiolock/_quorum/quorum.py, FanOutTimer), so no operation fails a quorum;
   but an ``extend()`` to a ttl shorter than a block that struck while it was out,
   whose replies are read after the validity they gave ran out (it fails, and says so:
   counted as "extend_outlasted"; seed 70369244179214).
