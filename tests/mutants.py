@@ -1040,7 +1040,7 @@ MUTANTS = [
     # not try again at once and split it again.
     Mutant(
         "a waiter whose attempt split the vote tries again at once",
-        "votes.py",
+        "head.py",
         "        return random.uniform(0.0, min(bound, SPLIT_PAUSE_LONGEST))\n",
         "        return 0.0\n",
         ("tests/test_waiting.py::test_waiters_that_split_the_vote_back_off_and_one_of_them_wins",),
@@ -1049,7 +1049,7 @@ MUTANTS = [
     # nobody could win, every attempt split the vote, and the pause stayed as short.
     Mutant(
         "a split vote's pause does not grow with the split votes before it",
-        "votes.py",
+        "head.py",
         "        bound = SPLIT_PAUSE * took * 2.0 ** min(before, 30)\n",
         "        bound = SPLIT_PAUSE * took\n",
         (

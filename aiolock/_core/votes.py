@@ -8,7 +8,6 @@ failed. (``_core/batch.py`` does the same for a renewal batch, lock by lock.)
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -25,16 +24,10 @@ __all__ = [
     "drift",
     "milliseconds",
     "quorum_size",
-    "split_pause",
 ]
 
 #: The constant part of the clock-drift allowance, in seconds (2 ms).
 DRIFT_FLOOR: Final = 0.002
-#: After a split vote, a waiter pauses up to this many times its attempt's duration,
-#: twice as many after each split vote of its wait before (see split_pause)...
-SPLIT_PAUSE: Final = 2.0
-#: ... and never longer than this, in seconds: a release during the pause goes unheard.
-SPLIT_PAUSE_LONGEST: Final = 0.2
 
 _PENDING: Final[Any] = object()
 
@@ -267,31 +260,6 @@ class Attempt:
             return None
         # The k-th shortest, k = quorum - (nodes not holding): never more than len(pttls).
         return pttls[max(1, votes.quorum - (votes.n - len(pttls))) - 1] / 1000
-
-
-def split_pause(outcome: object, took: float, before: int = 0) -> float:
-    """How long a waiter pauses before it tries again after ``outcome`` (0: it need not).
-
-    An attempt that split the vote (:attr:`Attempt.split`) woke every waiter with its
-    clean-up, and so did its rivals': tried again at once, each would take the same
-    nodes first again (each nearer its own: three processes can split three free
-    nodes of five, a few thousand scripts a second, for as long as a stale key holds
-    the other two). Redlock's remedy:
-    try again after a random pause, here up to :data:`SPLIT_PAUSE` times the attempt's
-    own duration ``took`` (its round trips, clean-up included), so that the first to
-    try again takes every free node before the others' attempts arrive.
-
-    ``before``: the split votes of the same wait before this one; each doubles the
-    pause's bound, up to :data:`SPLIT_PAUSE_LONGEST`. Where nobody can win (a stale
-    key on 2 nodes of 5, a third quarantined), every attempt splits the vote, and each
-    clean-up's message wakes the rival at once: without the backoff two waiters try
-    about 500 times a second each for as long as the key or the quarantine lasts. An
-    exponential backoff, as a shared medium's.
-    """
-    if isinstance(outcome, Attempt) and outcome.split:
-        bound = SPLIT_PAUSE * took * 2.0 ** min(before, 30)
-        return random.uniform(0.0, min(bound, SPLIT_PAUSE_LONGEST))
-    return 0.0
 
 
 def milliseconds(seconds: float) -> int:

@@ -29,12 +29,17 @@ from .._core.votes import Attempt
 from .queue import POLL_INTERVAL, Queue
 from .taker import Taker
 
-__all__ = ["EXPIRY_SLACK", "UNKNOWN_HOLDER_WAIT", "Act", "Wait", "next_act"]
+__all__ = ["EXPIRY_SLACK", "UNKNOWN_HOLDER_WAIT", "Act", "Wait", "next_act", "split_pause"]
 
 #: Pause before retrying when no holder's ttl is known (nodes failing meanwhile).
 UNKNOWN_HOLDER_WAIT: Final = 0.05
 #: Added to the holder's ttl so that its key has expired everywhere when we retry.
 EXPIRY_SLACK: Final = 0.002
+#: After a split vote, a waiter pauses up to this many times its attempt's duration,
+#: twice as many after each split vote of its wait before (see split_pause)...
+SPLIT_PAUSE: Final = 2.0
+#: ... and never longer than this, in seconds: a release during the pause goes unheard.
+SPLIT_PAUSE_LONGEST: Final = 0.2
 
 
 class Act(enum.Enum):
@@ -99,3 +104,28 @@ def next_act(wait: Wait, clock: Callable[[], float]) -> tuple[Act, float]:
     if back > 0 and not queue.wake.is_set() and (not wait.held_back or clock() < wait.deadline):
         return Act.HOLD_BACK, min(back, wait.deadline - clock())
     return Act.TRY, 0.0
+
+
+def split_pause(outcome: object, took: float, before: int = 0) -> float:
+    """How long a waiter pauses before it tries again after ``outcome`` (0: it need not).
+
+    An attempt that split the vote (:attr:`Attempt.split`) woke every waiter with its
+    clean-up, and so did its rivals': tried again at once, each would take the same
+    nodes first again (each nearer its own: three processes can split three free
+    nodes of five, a few thousand scripts a second, for as long as a stale key holds
+    the other two). Redlock's remedy:
+    try again after a random pause, here up to :data:`SPLIT_PAUSE` times the attempt's
+    own duration ``took`` (its round trips, clean-up included), so that the first to
+    try again takes every free node before the others' attempts arrive.
+
+    ``before``: the split votes of the same wait before this one; each doubles the
+    pause's bound, up to :data:`SPLIT_PAUSE_LONGEST`. Where nobody can win (a stale
+    key on 2 nodes of 5, a third quarantined), every attempt splits the vote, and each
+    clean-up's message wakes the rival at once: without the backoff two waiters try
+    about 500 times a second each for as long as the key or the quarantine lasts. An
+    exponential backoff, as a shared medium's.
+    """
+    if isinstance(outcome, Attempt) and outcome.split:
+        bound = SPLIT_PAUSE * took * 2.0 ** min(before, 30)
+        return random.uniform(0.0, min(bound, SPLIT_PAUSE_LONGEST))
+    return 0.0

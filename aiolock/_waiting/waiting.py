@@ -23,7 +23,7 @@ few hundred critical sections a second, each handoff tens of milliseconds. Inste
   is; the others do not try (see ``_waiting/turns.py``). Where it can, the release grants
   that process the lock outright, which then makes no attempt (see ``_waiting/grants.py``).
 * **After a split vote the head pauses** (random, longer at each one; see
-  ``_votes.split_pause``) before it tries again: its clean-up woke every waiter.
+  ``head.split_pause``) before it tries again: its clean-up woke every waiter.
 * **A lost message costs at most one ttl, never a hang**: the head also wakes when
   the holder's key would expire (its PTTL, from the failed attempt), when a pub/sub
   connection is lost, and at the caller's deadline.
@@ -43,14 +43,14 @@ from typing import Any, Final, Protocol, TypeVar
 import anyio
 
 from .._core.keys import grant_channel, release_channel, turn_keys
-from .._core.votes import Attempt, Outcome, Votes, split_pause
+from .._core.votes import Attempt, Outcome, Votes
 from .._io.cluster import ClusterNode
 from .._io.cluster_pubsub import ClusterSubscriber
 from .._io.pubsub import Listener, Subscriber
 from .._lua import NOT_FREE
 from .grants import Grants
 from .handoff import Line, others_in_line
-from .head import Act, Wait, next_act
+from .head import Act, Wait, next_act, split_pause
 from .queue import Queue, Streaks, listening
 from .taker import Taker, attempt_as_head
 from .turns import FALLBACK, TAKEN_OUT, Turns
