@@ -39,9 +39,10 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
+from unittest import mock
 
 import hiredis
 
@@ -1594,15 +1595,6 @@ def virtual_process(world: World, seed: int) -> Iterator[None]:
     ``secrets`` tokens and ``os.urandom`` draw from the run's seed; ``select.poll``
     answers for the simulated sockets (:class:`SimPoll`). Restored after.
     """
-    saved = (
-        time.monotonic,
-        time.time,
-        time.time_ns,
-        time.monotonic_ns,
-        os.urandom,
-        secrets.token_bytes,
-        random.getstate(),
-    )
     rng = random.Random(f"lib-{seed}")
 
     def urandom(n: int) -> bytes:
@@ -1611,28 +1603,26 @@ def virtual_process(world: World, seed: int) -> Iterator[None]:
     def token_bytes(nbytes: int | None = None) -> bytes:
         return rng.randbytes(32 if nbytes is None else nbytes)
 
-    real_poll = select.poll
-    select.poll = functools.partial(SimPoll, world, real_poll)  # type: ignore[misc, assignment]
-    time.monotonic = lambda: world.now
-    time.monotonic_ns = lambda: int(world.now * 1e9)
-    time.time = lambda: WALL_EPOCH + world.now + world.skews.get(current_process.get(), 0.0)
-    time.time_ns = lambda: int(time.time() * 1e9)
-    os.urandom = urandom
-    secrets.token_bytes = token_bytes
-    random.seed(f"lib-random-{seed}")
-    try:
-        yield
-    finally:
-        (
-            time.monotonic,
-            time.time,
-            time.time_ns,
-            time.monotonic_ns,
-            os.urandom,
-            secrets.token_bytes,
-        ) = saved[:6]
-        random.setstate(saved[6])
-        select.poll = real_poll  # type: ignore[misc]
+    def wall() -> float:
+        return WALL_EPOCH + world.now + world.skews.get(current_process.get(), 0.0)
+
+    state = random.getstate()
+    with ExitStack() as patched:
+        for module, name, value in (
+            (select, "poll", functools.partial(SimPoll, world, select.poll)),
+            (time, "monotonic", lambda: world.now),
+            (time, "monotonic_ns", lambda: int(world.now * 1e9)),
+            (time, "time", wall),
+            (time, "time_ns", lambda: int(wall() * 1e9)),
+            (os, "urandom", urandom),
+            (secrets, "token_bytes", token_bytes),
+        ):
+            patched.enter_context(mock.patch.object(module, name, value))
+        random.seed(f"lib-random-{seed}")
+        try:
+            yield
+        finally:
+            random.setstate(state)
 
 
 __all__ = [
