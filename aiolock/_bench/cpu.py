@@ -1,4 +1,4 @@
-"""CPU per lock cycle: the client's (this process) and the servers' (their commands).
+"""CPU per lock cycle: the client's (this process) and the servers' (their main threads).
 
 A busy service runs many cycles at once: here 64 tasks each run acquire + release
 cycles, every cycle on a fresh name, and the figure is this process's CPU time over the
