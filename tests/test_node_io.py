@@ -4,9 +4,13 @@ their whole ``node_timeout`` however long the iteration runs (see ``_io/node.py`
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
 import time
 from collections.abc import Callable
 from typing import Any
+
+import pytest
+import redis.asyncio as redis
 
 from aiolock import LockManager
 from aiolock._io.node import MIN_STALL_TIMEOUT, Node
@@ -359,3 +363,30 @@ async def test_a_reply_read_after_a_callback_reset_its_connection_is_not_deliver
         assert calls[0] == ("first", b"PONG")
         assert [who for who, _ in calls] == ["first", "second"], calls
         assert isinstance(calls[1][1], ConnectionError)
+
+
+async def test_connections_tell_the_servers_redis_pys_name_and_version_read_once(
+    urls: list[str], clients: list[redis.Redis], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # redis-py 7.1 and later read their version from the installed package's metadata
+    # for every connection not given a driver_info, a third of a millisecond each
+    # (broken: once per connection and reconnection, on every node).
+    reads: list[str] = []
+    version = importlib.metadata.version
+
+    def counted(package: str) -> str:
+        reads.append(package)
+        return version(package)
+
+    monkeypatch.setattr(importlib.metadata, "version", counted)
+    async with LockManager(urls, restart_grace=0) as locks:
+        await locks.wait_ready(timeout=5)
+        lock = locks.lock("connections", ttl=5)
+        assert await lock.acquire(timeout=5)
+        await lock.release()
+        assert reads.count("redis") <= 1, reads
+        listed = await clients[0].client_list()
+    assert len(listed) >= 2  # ours, and the fixture's own
+    if "lib-name" in listed[0]:  # (CLIENT SETINFO: servers from Redis 7.2 on)
+        expected = {"lib-name": "redis-py", "lib-ver": version("redis")}
+        assert all({k: c[k] for k in expected} == expected for c in listed), listed

@@ -11,7 +11,11 @@ new redis-py release means reading this file:
 - **taking over a connected transport** (``Connection._writer``/``_reader``);
 - **a cluster client's start-up nodes** and address remapping
   (``nodes_manager.startup_nodes``, ``nodes_manager.address_remap``);
-- **a Sentinel-managed client** (``connection_pool.service_name``).
+- **a Sentinel-managed client** (``connection_pool.service_name``);
+- **the library's name and version** each connection gives the server (``CLIENT
+  SETINFO``): redis-py 7.1 and later read their own version from the installed
+  package's metadata for every connection not given a ``driver_info``, a third of a
+  millisecond; :func:`connection_settings` gives one, its version read once.
 
 Supported: redis-py 5.0.1 and later (docs/supported-versions.md); ``nox -s compat`` runs the
 suite against each minor line.
@@ -21,6 +25,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import importlib
 from typing import Any, Final
 
 from redis.asyncio import Redis, RedisCluster
@@ -41,6 +47,7 @@ from redis.exceptions import (
     ResponseError,
     TryAgainError,
 )
+from redis.utils import get_lib_version
 
 __all__ = [
     "ERROR_CLASSES",
@@ -91,16 +98,30 @@ def error_from_reply(name: str, message: str) -> Exception:
     return error
 
 
+try:  # redis-py 7.1 and later
+    _DriverInfo: Any = importlib.import_module("redis.driver_info").DriverInfo
+except ImportError:  # before: the version is read once, at import
+    _DriverInfo = None
+
+
+@functools.cache
+def _lib_version() -> str:
+    return str(get_lib_version())  # type: ignore[no-untyped-call,unused-ignore]
+
+
 def _passable(kwargs: dict[str, Any]) -> dict[str, Any]:
-    """A client's stored connection arguments, fit to be passed to a new connection.
+    """Connection arguments (a URL's, a client's stored ones), fit for a new connection.
 
     redis-py 7.2 keeps ``lib_name``/``lib_version`` as sentinel objects meaning "the
     default", and passing them back warns (``DeprecationWarning``: use
-    ``driver_info``); left out, the connection uses the same default.
+    ``driver_info``); left out, the connection uses the same default. That default,
+    where ``driver_info`` exists, is given as one, with redis-py's version read once.
     """
     for name in ("lib_name", "lib_version"):
         if name in kwargs and not isinstance(kwargs[name], str | None):
             del kwargs[name]
+    if _DriverInfo is not None and not {"driver_info", "lib_name", "lib_version"} & kwargs.keys():
+        kwargs["driver_info"] = _DriverInfo(lib_version=_lib_version())
     return kwargs
 
 
@@ -109,7 +130,7 @@ def connection_settings(spec: str | Redis) -> tuple[type[AbstractConnection], di
     if isinstance(spec, str):
         kwargs: dict[str, Any] = dict(parse_url(spec))
         cls: type[AbstractConnection] = kwargs.pop("connection_class", Connection)
-        return cls, kwargs
+        return cls, _passable(kwargs)
     pool = spec.connection_pool
     return pool.connection_class, _passable(dict(pool.connection_kwargs))
 
