@@ -554,8 +554,8 @@ class Recorder:
         #: real size needs more than 4,096 offers sent by one process since.
         self.watch_orphans = True
         #: Each lock handle that has stepped, by id: (the Lock, its name, its latest
-        #: holding), read by :meth:`watch` after every command.
-        self.watched: dict[int, tuple[Any, str, Holding]] = {}
+        #: holding, its process), read by :meth:`watch` after every command.
+        self.watched: dict[int, tuple[Any, str, Holding, int]] = {}
         #: The longest ttl any holding of each name has asked for so far.
         self.longest: dict[str, float] = {}
         #: The writers' waits of each read-write lock, and when each writer's release
@@ -661,7 +661,8 @@ class Recorder:
             self.backs(h)
         lock = lock_of(handle, name)
         if lock is not None:
-            self.watched[id(lock)] = (lock, name, h)
+            process = int(h.owner[1:].split("t", maxsplit=1)[0])
+            self.watched[id(lock)] = (lock, name, h, process)
             self.follows(h, lock, name, remaining, now)
         hold = lock._hold if lock is not None else None
         self._kept(h, name, hold, remaining, now=now)
@@ -759,12 +760,14 @@ class Recorder:
         too: inside ``extend()``, during its own release, a handoff. Reads only."""
         world = self.world
         now = world.now
-        for lock, name, h in self.watched.values():
-            if int(h.owner[1:].split("t", maxsplit=1)[0]) in world.dead:
+        for lock, name, h, process in self.watched.values():
+            if process in world.dead:
                 continue  # (it died: nothing it believes is judged any more)
             hold = lock._hold
             longest = self.longest[name] = max(self.longest.get(name, 0.0), h.longest)
-            if hold is not None and h.outlives is None:
+            if hold is None:
+                continue  # (it reads no time left: nothing to judge)
+            if h.outlives is None:
                 # No node keeps the key longer than the longest ttl asked for, from
                 # now: else it would outlive a holder that died now by more. Allowed
                 # on top, the drift the library counts off a validity for the longest
@@ -782,9 +785,9 @@ class Recorder:
                         )
                         break
             remaining = lock.remaining()
-            if remaining <= 0.0 and hold is not None:
+            if remaining <= 0.0:
                 self.dry(h, lock, hold, now)  # (as a step reading it now would: see _body)
-            if remaining > 0.0 and hold is not None:
+            else:
                 self._kept(h, name, hold, remaining, now=now, when=" (between steps)")
                 dry = h.ran_dry
                 if dry is not None and dry[0] is lock and dry[1] is hold and h.revived is None:
