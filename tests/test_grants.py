@@ -2,7 +2,7 @@
 aiolock/_waiting/grants.py and RELEASE_TURN): the key gets that process's offered token on each
 node, the process learns it from one message per node, and makes no attempt of its own.
 
-Each ``LockManager`` is one process in line, as in tests/test_turns.py; a real process
+Each ``LockManager`` is one process in line, as in tests/turns/; a real process
 is killed where the test needs its connections gone.
 """
 

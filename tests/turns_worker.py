@@ -1,4 +1,4 @@
-"""A waiting process for tests/test_turns.py.
+"""A waiting process for tests/turns/ and tests/test_grants.py.
 
     python tests/turns_worker.py NAME TASKS URL [URL ...]
 

@@ -8,8 +8,8 @@ whatever later versions add:
   (:data:`V1_FROM`): a seed's size chose what its run could do. Every seed kept before
   version 2 is a version-1 plan, and replays as it did when it was found.
 * **Version 2** has every behaviour on, and draws a *swarm* per run (Groce et al.,
-  "Swarm testing", 2012; :mod:`tests.sim.swarm`): which fault kinds, which features
-  and which knobs the run uses, each within its documented bounds.
+  "Swarm testing", 2012; ``workload.make_config`` and ``run.swarm_faults``): which fault
+  kinds, which features and which knobs the run uses, each within its documented bounds.
 * **Version 3** is version 2 with one draw more: in half the runs the nodes say they
   are Valkey 9.1, whose ``SET`` takes ``IFEQ`` (one lock's renewal is then that
   command, not a script).
