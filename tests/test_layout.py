@@ -281,8 +281,12 @@ def test_no_two_classes_of_the_package_share_a_name() -> None:
     assert twice == []
 
 
-#: How history reads in text: a seed that failed, an issue's number, a session.
-HISTORY = re.compile(r"\bseeds? (?:v\d+:)?\d{4,}|\bissue \d+|\b[a-z]+th session\b")
+#: How history reads in text: a seed that failed, an issue's number, a session; also
+#: across a line break (a comment's next line begins with its marker).
+_BREAK = r"\s+(?:(?:#|--)\s*)?"
+HISTORY = re.compile(
+    rf"\bseeds?{_BREAK}(?:v\d+:)?\d{{4,}}|\bissue{_BREAK}\d+|\b[a-z]+th{_BREAK}session\b"
+)
 
 
 def test_the_package_and_the_guides_say_what_is_not_how_it_came_to_be() -> None:
@@ -299,11 +303,10 @@ def test_the_package_and_the_guides_say_what_is_not_how_it_came_to_be() -> None:
         *(p for p in (root / "docs").rglob("*.md") if p.name not in history),
     ]
     found = [
-        f"{path.relative_to(root)}:{n}: {match.group(0)}"
+        f"{path.relative_to(root)}:{text.count(chr(10), 0, match.start()) + 1}: {match.group(0)}"
         for path in texts
-        for n, line in enumerate(path.read_text().splitlines(), 1)
-        for match in [HISTORY.search(line)]
-        if match is not None
+        for text in [path.read_text()]
+        for match in HISTORY.finditer(text)
     ]
     assert found == []
 

@@ -120,11 +120,11 @@ class Hold:
     def begin_extension(self, expires_at: float = math.inf, ttl: float = 0.0) -> Extension:
         """Note an extension by ``ttl`` going out, whose validity would end at ``expires_at``.
 
-        A shorter one lowers the validity at once, before any node applied it (issue
-        31): at every moment, the validity is at most what the nodes keep once every
-        command of ours in flight has landed, whenever that is. (Waiting for the outcome
-        was safe too, since a key cannot expire before the outcome is decided, but
-        left the holder believing more than the nodes kept meanwhile.) See
+        A shorter one lowers the validity at once, before any node applied it: at every
+        moment, the validity is at most what the nodes keep once every command of ours
+        in flight has landed, whenever that is. (Waiting for the outcome would be safe
+        too, since a key cannot expire before the outcome is decided, but would leave
+        the holder believing more than the nodes keep meanwhile.) See
         :meth:`end_extension`.
         """
         self.longest = max(self.longest, ttl)

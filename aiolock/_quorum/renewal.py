@@ -184,8 +184,8 @@ class Renewal:
         timer would have said. A confirmation read after the deadline (the loop was
         blocked with its replies in hand, the timer not yet run) does not bring the
         lock back: the holder may have read ``remaining() == 0`` meanwhile, and acted
-        on it (found by the simulation: the lock renewed on, and its task still held
-        the name).
+        on it (the lock would be renewed on, for a task that went on as if it were
+        lost).
         """
         if self._renewer.clock() >= min(self.give_up_at, self.hold_until):
             self.deadline_passed()

@@ -1,6 +1,6 @@
 """Passing a released lock straight to a waiter of the same process, in one script.
 
-A release that a local waiter follows used to cost a release and an acquire on every
+A release that a local waiter follows would cost a release and an acquire on every
 node (10 scripts on 5 nodes). When the head of the local queue sleeps (it offers a
 :class:`~aiolock._waiting.taker.Taker`), the release is instead ``PASS_ON`` on every node:
 compare the old token, set the waiter's with a fresh ttl, advance the fencing counter

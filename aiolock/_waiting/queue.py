@@ -204,7 +204,7 @@ class Streaks:
     goes on counting it (Waiting.released); a release with no waiter of ours ends it.
     Without it, a process whose tasks queue one at a time, each while the one before
     holds, starts a streak at every handoff, and the other processes' turns never come
-    (found by the simulation's liveness rules, tests/sim/live.py).
+    (the simulation's liveness rules check it, tests/sim/live.py).
     """
 
     __slots__ = ("_kept",)
