@@ -26,11 +26,12 @@ THIS_PYTHON = f"{sys.version_info[0]}.{sys.version_info[1]}"
 #: design (``tests/sim/__main__.py``, ``PER_PYTHON``).
 PER_PYTHON = "(this Python's)"
 PYTHONS = sorted({"3.11", "3.12", "3.13", THIS_PYTHON}, key=lambda v: tuple(map(int, v.split("."))))
-#: What the compat runs cover: nodes, transports, cluster, sentinel, CLI, failures.
+#: What the compat runs cover: nodes, transports, cluster, sentinel, CLI, failures, and
+#: the seam with redis-py itself.
 COMPAT_TESTS = [
     "tests/test_lock.py", "tests/test_validation.py", "tests/test_transports.py",
     "tests/test_cluster.py", "tests/test_sentinel.py", "tests/test_cli.py",
-    "tests/test_failures.py", "tests/test_waiting.py",
+    "tests/test_failures.py", "tests/test_waiting.py", "tests/test_redis_seam.py",
 ]  # fmt: skip
 
 #: pytest-xdist: one worker per core, tests handed to whichever is free (worksteal): the

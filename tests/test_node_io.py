@@ -365,12 +365,13 @@ async def test_a_reply_read_after_a_callback_reset_its_connection_is_not_deliver
         assert isinstance(calls[1][1], ConnectionError)
 
 
-async def test_connections_tell_the_servers_redis_pys_name_and_version_read_once(
-    urls: list[str], clients: list[redis.Redis], monkeypatch: pytest.MonkeyPatch
+async def test_connections_tell_the_servers_they_are_aiolocks_reading_versions_once(
+    urls: list[str], clients: list[redis.Redis], name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # redis-py 7.1 and later read their version from the installed package's metadata
-    # for every connection not given a driver_info, a third of a millisecond each
-    # (broken: once per connection and reconnection, on every node).
+    # CLIENT LIST tells an operator which connections are the lock library's. redis-py
+    # 7.1 and later read their version from the installed package's metadata for every
+    # connection not given a driver_info, a third of a millisecond each (broken: once
+    # per connection and reconnection, on every node).
     reads: list[str] = []
     version = importlib.metadata.version
 
@@ -379,14 +380,19 @@ async def test_connections_tell_the_servers_redis_pys_name_and_version_read_once
         return version(package)
 
     monkeypatch.setattr(importlib.metadata, "version", counted)
-    async with LockManager(urls, restart_grace=0) as locks:
-        await locks.wait_ready(timeout=5)
-        lock = locks.lock("connections", ttl=5)
-        assert await lock.acquire(timeout=5)
-        await lock.release()
+    async with LockManager(urls, restart_grace=0) as one, LockManager(urls) as two:
+        holder, waiter = one.lock(name, ttl=5), two.lock(name, ttl=5)
+        assert await holder.acquire(timeout=5)
+        waiting = asyncio.create_task(waiter.acquire(timeout=5))
+        await asyncio.sleep(0.2)  # (the waiter's pub/sub connections are up)
         assert reads.count("redis") <= 1, reads
         listed = await clients[0].client_list()
-    assert len(listed) >= 2  # ours, and the fixture's own
-    if "lib-name" in listed[0]:  # (CLIENT SETINFO: servers from Redis 7.2 on)
-        expected = {"lib-name": "redis-py", "lib-ver": version("redis")}
-        assert all({k: c[k] for k in expected} == expected for c in listed), listed
+        await holder.release()
+        assert await waiting
+        await waiter.release()
+    if "lib-name" not in listed[0]:  # (CLIENT SETINFO: servers from Redis 7.2 on)
+        return
+    ours = [c for c in listed if c["lib-name"] != "redis-py"]  # (not the fixture's)
+    assert len(ours) >= 2, listed  # (each manager's commands; the waiter's pub/sub too)
+    name = f"redis-py(aiolock_v{version('aiolock-redis')})"
+    assert {(c["lib-name"], c["lib-ver"]) for c in ours} == {(name, version("redis"))}

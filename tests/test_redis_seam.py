@@ -6,9 +6,11 @@ failure and ACL tests, on every redis-py line of `nox -s compat`.
 
 from __future__ import annotations
 
+import importlib.metadata
 import re
 
 import pytest
+import redis.asyncio as redis
 from redis.exceptions import (
     AskError,
     AuthenticationError,
@@ -28,7 +30,7 @@ from redis.exceptions import (
 
 from aiolock._core.keys import RELEASED_SUFFIX, grant_channel, release_channel, semaphore_index
 from aiolock._io.node import Node
-from aiolock._io.redis import ERROR_CLASSES, error_from_reply
+from aiolock._io.redis import ERROR_CLASSES, connection_settings, error_from_reply
 from aiolock._lua import every_script
 
 
@@ -129,3 +131,23 @@ def test_the_scripts_announce_on_the_channel_the_waiters_listen_to() -> None:
     assert f"KEYS[1] .. '{suffix}'" in turn
     assert "KEYS[1] .. ':turn:' .. turn" in turn
     assert grant_channel(b"k", b"m") == b"k:turn:m"
+
+
+def test_a_connection_says_it_is_aiolocks_unless_its_client_named_itself() -> None:
+    ours = f"redis-py(aiolock_v{importlib.metadata.version('aiolock-redis')})"
+    try:  # (redis-py 7.1 and later; before, lib_name)
+        from redis.driver_info import DriverInfo
+
+        mine = redis.Redis(host="127.0.0.1", port=1, driver_info=DriverInfo(name="mine"))
+    except ImportError:
+        mine = redis.Redis(host="127.0.0.1", port=1, lib_name="mine")
+    settings = [
+        connection_settings("redis://127.0.0.1:1")[1],
+        connection_settings(redis.Redis(host="127.0.0.1", port=1))[1],
+        connection_settings(mine)[1],
+    ]
+    names = [
+        kwargs["driver_info"].formatted_name if "driver_info" in kwargs else kwargs["lib_name"]
+        for kwargs in settings
+    ]
+    assert names == [ours, ours, "mine"]

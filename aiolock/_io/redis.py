@@ -13,9 +13,7 @@ new redis-py release means reading this file:
   (``nodes_manager.startup_nodes``, ``nodes_manager.address_remap``);
 - **a Sentinel-managed client** (``connection_pool.service_name``);
 - **the library's name and version** each connection gives the server (``CLIENT
-  SETINFO``): redis-py 7.1 and later read their own version from the installed
-  package's metadata for every connection not given a ``driver_info``, a third of a
-  millisecond; :func:`connection_settings` gives one, its version read once.
+  SETINFO``: ``driver_info``, or ``lib_name`` before redis-py 7.1), read once.
 
 Supported: redis-py 5.0.1 and later (docs/supported-versions.md); ``nox -s compat`` runs the
 suite against each minor line.
@@ -27,6 +25,7 @@ import asyncio
 import contextlib
 import functools
 import importlib
+import importlib.metadata
 from typing import Any, Final
 
 from redis.asyncio import Redis, RedisCluster
@@ -105,8 +104,32 @@ except ImportError:  # before: the version is read once, at import
 
 
 @functools.cache
-def _lib_version() -> str:
-    return str(get_lib_version())  # type: ignore[no-untyped-call,unused-ignore]
+def _versions() -> tuple[str, str | None]:
+    """redis-py's version and ours (``None``: aiolock is not installed, only imported)."""
+    redis_py = str(get_lib_version())  # type: ignore[no-untyped-call,unused-ignore]
+    try:
+        ours: str | None = importlib.metadata.version("aiolock-redis")
+    except importlib.metadata.PackageNotFoundError:
+        ours = None
+    return redis_py, ours
+
+
+def _identity() -> dict[str, Any]:
+    """What a connection tells the server it is (``CLIENT SETINFO``).
+
+    redis-py, used by aiolock: ``CLIENT LIST`` shows
+    ``lib-name=redis-py(aiolock_v0.3.0)``. redis-py 7.1 and later take a
+    ``driver_info`` and, without one, read their own version from the installed
+    package's metadata for every connection (a third of a millisecond): it is read
+    once here. Older lines take ``lib_name``.
+    """
+    redis_py, ours = _versions()
+    if _DriverInfo is not None:
+        info = _DriverInfo(lib_version=redis_py)
+        with contextlib.suppress(ValueError):  # (a version it cannot show: redis-py's alone)
+            info = info if ours is None else info.add_upstream_driver("aiolock", ours)
+        return {"driver_info": info}
+    return {} if ours is None else {"lib_name": f"redis-py(aiolock_v{ours})"}
 
 
 def _passable(kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -114,14 +137,21 @@ def _passable(kwargs: dict[str, Any]) -> dict[str, Any]:
 
     redis-py 7.2 keeps ``lib_name``/``lib_version`` as sentinel objects meaning "the
     default", and passing them back warns (``DeprecationWarning``: use
-    ``driver_info``); left out, the connection uses the same default. That default,
-    where ``driver_info`` exists, is given as one, with redis-py's version read once.
+    ``driver_info``). Where the caller gave no name of its own (none, or redis-py's
+    default), the connection takes :func:`_identity`'s.
     """
     for name in ("lib_name", "lib_version"):
         if name in kwargs and not isinstance(kwargs[name], str | None):
             del kwargs[name]
-    if _DriverInfo is not None and not {"driver_info", "lib_name", "lib_version"} & kwargs.keys():
-        kwargs["driver_info"] = _DriverInfo(lib_version=_lib_version())
+    named = {"driver_info", "lib_name", "lib_version"} & kwargs.keys()
+    default = (
+        getattr(kwargs.get("driver_info"), "formatted_name", None) == "redis-py"
+        or kwargs.get("lib_name") == "redis-py"
+    )
+    if default or not named:
+        for name in named:
+            del kwargs[name]
+        kwargs.update(_identity())
     return kwargs
 
 
