@@ -53,7 +53,6 @@ class NodeProxy:
         self.links: list[Link] = []
         self.rules: list[Rule] = []
         self._blackholed = False
-        self._reply_delay: dict[int, float] = {}
         self._reply_links: Callable[[Link], bool] | None = None
         self._reply_seconds = 0.0
         self._server: asyncio.Server | None = None
