@@ -532,7 +532,6 @@ class Link:
         self.dead = False
         #: When it was reset (sever), if it was.
         self.died_at: float | None = None
-        self._closed_by_client = False
         #: When the client last wrote a renewal batch's chunk here (see from_client).
         self.batch_written = -math.inf
         #: When it went silent (a "silent" fault), and when the client first wrote on it
@@ -728,7 +727,6 @@ class SimNode:
         self.paused_until = 0.0
         self.backlog: deque[tuple[Link, list[bytes]]] = deque()
         self.down_until = 0.0
-        self.executed = 0
         #: The channels published on by the command running (see _execute), and what.
         self.published: list[bytes] = []
         self.messages: list[tuple[bytes, bytes]] = []
@@ -758,7 +756,6 @@ class SimNode:
         self._execute(link, command)
 
     def _execute(self, link: Link, command: list[bytes]) -> None:
-        self.executed += 1
         named = self._named(command)
         data = self.store.data
         before = [data.get(key) for key in named]
