@@ -19,6 +19,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 
 #: Each script's arguments for a short run, and a word its output must hold.
 RUNS: dict[str, tuple[list[str], str]] = {
+    "contention_shapes.py": (["--seconds", "0.3", "1x2", "2x1"], "across processes"),
     "fencing_cost.py": (["--calls", "50", "--rounds", "1"], "with fencing"),
     "instructions.py": (["--help"], "callgrind"),
     "latency.py": (["--count", "10", "--contention-seconds", "0", "--waiters", "0"], "cycle5"),
