@@ -31,10 +31,9 @@ from ._core.cancel import join, shielded
 from ._core.checks import check_ttl, shown
 from ._core.errors import NodeQuarantined, QuorumError
 from ._core.events import EventKind, LockEvent, logger
-from ._core.hold import Hold
+from ._core.hold import Hold, TaskHolds
 from ._core.info import LockInfo, decided, summarize
 from ._core.keys import fence_key, lock_key, turn_keys
-from ._core.tasks import TaskHolds
 from ._core.votes import Votes
 from ._io.cluster import ClusterNode
 from ._io.node import Node
@@ -138,7 +137,7 @@ class Engine:
         if restart_grace != 0:
             self.quorum.veto = self._quarantined
         self.renewer = Renewer(self.renewal_quorum, emit=self.emit, forget=self.forget)
-        #: The names each task holds through this manager (see _core/tasks.py).
+        #: The names each task holds through this manager (see _core/hold.py).
         self.tasks = TaskHolds()
         #: Waiting processes take turns (see _waiting/turns.py); not on Redis Cluster, where a
         #: release touching the turn queue's keys besides the lock's would get TRYAGAIN

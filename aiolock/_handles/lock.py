@@ -8,13 +8,12 @@ from typing import TYPE_CHECKING, Final
 
 from .._core.checks import shown
 from .._core.errors import LockLost, LockNotOwned, QuorumError
-from .._core.hold import Hold, Renewing
+from .._core.hold import Hold, Renewing, TaskHold
 from .._core.votes import Attempt, Votes
 from .base import BaseHandle
 from .ticket import Ticket, encode_ticket
 
 if TYPE_CHECKING:
-    from .._core.tasks import TaskHold
     from .._engine import Engine
 
 __all__ = ["Lock"]
@@ -57,7 +56,7 @@ class Lock(BaseHandle):
         task_bound: bool = False,
     ) -> None:
         super().__init__(engine, name, ttl=ttl, timeout=timeout, report=report)
-        #: Whether the handle is in its task's bookkeeping (_core/tasks.py), sharing its holds.
+        #: Whether the handle is in its task's bookkeeping (_core/hold.py), sharing its holds.
         self._task_bound = task_bound
         self._reentrant = reentrant
         self._entry: TaskHold | None = None
