@@ -75,6 +75,23 @@ def _hold_back(
                 proxy.hold(_some(match, rng, share), delay)
 
 
+async def _told_on_loss(handle: Any, body: Any) -> None:
+    """Run ``body`` as ``async with`` would around it: cancelled once ``handle`` is lost.
+
+    An attached handle is held from the start, so no ``async with`` acquires it; its
+    holder learns of a loss from ``wait_lost()``, which comes before the validity ends.
+    """
+    work = asyncio.ensure_future(body)
+    lost = asyncio.ensure_future(handle.wait_lost())
+    try:
+        await asyncio.wait({work, lost}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        lost.cancel()
+        work.cancel()  # (done already, unless the lock was lost first)
+        with contextlib.suppress(asyncio.CancelledError):
+            await work
+
+
 class Run:
     """Two managers' tasks using one primitive; every section recorded."""
 
@@ -167,7 +184,7 @@ class Run:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 stack.push_async_callback(handle.release)
-                await self._body(handle, ttl, self._record(handle, ttl))
+                await _told_on_loss(handle, self._body(handle, ttl, self._record(handle, ttl)))
         finally:
             self.handles.remove(handle)
 
