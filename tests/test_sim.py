@@ -633,3 +633,30 @@ def test_the_findings_table_lists_every_kept_seed() -> None:
     table = (ROOT / "docs" / "project" / "findings.md").read_text()
     seeds = [seed for seed, _, _ in REGRESSIONS] + [seed for _, seed, _, _ in CAUGHT]
     assert [seed for seed in seeds if f"| `{seed}` |" not in table] == []
+
+
+def test_a_runaway_is_a_schedule_that_burns_cpu_not_one_the_machine_held_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The search's verdicts must not depend on the machine: a schedule held up by other
+    # work, or by a search paused with SIGSTOP, takes real time but no CPU (broken: one
+    # paused for ten minutes was reported as a runaway, its mutant "killed").
+    from tests.sim import __main__ as sim
+    from tests.sim.plan import Plan
+
+    monkeypatch.setattr(sim, "RUNAWAY_SECONDS", 1)
+
+    def held_up(_plan: object, _keep: object) -> str:
+        time.sleep(1.5)  # (no CPU: as a paused or starved process)
+        return "played"
+
+    def spinning(_plan: object, _keep: object) -> str:
+        end = time.process_time() + 5.0
+        while time.process_time() < end:
+            pass
+        return "played"
+
+    monkeypatch.setattr(sim, "run", held_up)
+    assert sim._guarded(Plan(1)) == "played"
+    monkeypatch.setattr(sim, "run", spinning)
+    assert sim._guarded(Plan(1)) == "runaway: over 1 s of CPU time"

@@ -89,7 +89,9 @@ PER_PYTHON = "(this Python's)"
 #: What a kept seed's replay says when its run was stopped as busy (a livelock: see
 #: World.max_deliveries); a search reports such seeds apart.
 BUSY = "busy: the run was stopped as a livelock (too many messages)"
-#: Real seconds a schedule may take before the search reports it (normal: under 3 s).
+#: CPU seconds a schedule may take before the search reports it (normal: under 3 s).
+#: CPU, not real time: a loop that spins burns it, while a schedule held up by the
+#: machine's other work, or by a search paused (SIGSTOP), does not, and is judged alike.
 RUNAWAY_SECONDS = 60
 #: The address space a search worker may use (a schedule normally needs well under 1 GiB).
 #: Over it, the schedule is reported with its seed: a worker the kernel kills for memory
@@ -106,16 +108,16 @@ def _guarded(plan: Plan | Schedule, keep: list[int] | None = None) -> Result | s
 
     (The memory limit is set once per process: by the pool's initializer, or replay.)
     """
-    signal.signal(signal.SIGALRM, _alarm)
-    signal.alarm(RUNAWAY_SECONDS)
+    signal.signal(signal.SIGPROF, _alarm)
+    signal.setitimer(signal.ITIMER_PROF, RUNAWAY_SECONDS)  # (the process's CPU time)
     try:
         return run(plan, keep)
     except _Runaway:  # neither busy nor stopped: a task that never awaits?
-        return f"runaway: over {RUNAWAY_SECONDS} s of real time"
+        return f"runaway: over {RUNAWAY_SECONDS} s of CPU time"
     except MemoryError:
         return f"runaway: over {MEMORY_LIMIT >> 30} GiB of memory"
     finally:
-        signal.alarm(0)
+        signal.setitimer(signal.ITIMER_PROF, 0)
 
 
 def _one(plan: Plan) -> tuple[Plan, bool, int, list[str], bool]:
