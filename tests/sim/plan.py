@@ -1,6 +1,6 @@
 """Which generator draws a schedule: a *plan* is a seed and the generator's version.
 
-A schedule is named by its plan, written ``v4:SEED`` (or a bare ``SEED`` for version 1).
+A schedule is named by its plan, written ``v5:SEED`` (or a bare ``SEED`` for version 1).
 The version says how every draw is made, so a kept plan replays the same schedule
 whatever later versions add:
 
@@ -15,7 +15,9 @@ whatever later versions add:
   command, not a script).
 * **Version 4** is version 3 with fewer foci: only those a measurement keeps
   (``workload.FOCI_KEPT``), each in as many runs as before; the other runs are the
-  swarm's. The search draws plans of the newest version from fresh random seeds.
+  swarm's.
+* **Version 5** is version 4 with the ``grants`` focus back (``workload.FOCI_KEPT_5``).
+  The search draws plans of the newest version from fresh random seeds.
 
 A new generator is a new version: the draws of the versions before stay as they are,
 so that their kept plans keep their meaning.
@@ -26,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 #: The newest version: what the search draws.
-LATEST = 4
+LATEST = 5
 
 #: Version 1: the seed from which each behaviour is on (docs/project/testing.md,
 #: "Version 1"). Version 2 has them all.
@@ -74,7 +76,7 @@ class Plan:
 
     @classmethod
     def parse(cls, text: str) -> Plan:
-        """``v4:123``, ``v2:123`` or ``123`` (version 1)."""
+        """``v5:123``, ``v2:123`` or ``123`` (version 1)."""
         if ":" not in text:
             return cls(int(text), 1)
         version, seed = text.split(":", 1)

@@ -241,7 +241,8 @@ def make_config(plan: Plan) -> Config:
     if plan.has("live"):
         cfg.nudge = random.Random(f"nudge-{seed}").choice((0.0, 0.2, 0.5))
     if plan.version >= 4:  # (the foci a measurement keeps: FOCI_KEPT)
-        focus(cfg, random.Random(f"focus-{seed}"), FOCI_KEPT, share=FOCUSED)
+        kept = FOCI_KEPT_5 if plan.version >= 5 else FOCI_KEPT
+        focus(cfg, random.Random(f"focus-{seed}"), kept, share=len(kept) / 26)
     elif plan.has("focus"):
         foci = next((foci for since, foci in V1_FOCI if plan.has(since)), FOCI)
         focus(cfg, random.Random(f"focus-{seed}"), foci)
@@ -383,25 +384,27 @@ V1_FOCI: tuple[tuple[str, dict[str, tuple[str, ...]]], ...] = (
     ("lag", FOCI_LAG),
     ("repair", FOCI_LATER),
 )
-#: From version 4 on, the foci that stay: each either judges a promise that only its
-#: runs can (a rule bound to the focus's faults), or reaches what the swarm alone
-#: did not in a search-alone measurement (docs/project/testing.md, "Measuring the
-#: search"). The others' parts of the library are the swarm's.
+#: Version 4's foci: each either judges a promise that only its runs can (a rule bound
+#: to the focus's faults), or reached what the swarm alone did not in a search-alone
+#: measurement (docs/project/testing.md, "Measuring the search"). The others' parts of
+#: the library are the swarm's. Each focus runs as often as in version 3 (half the runs
+#: over 13 foci): ``len(foci) / 26`` of the runs focus, the rest are the swarm's.
 FOCI_KEPT: dict[str, tuple[str, ...]] = {
     name: FOCI_GRANTS[name]
     for name in FOCI_GRANTS
     if name not in ("renewal", "lease", "grants")  # (and ``chain``, drawn from ``lease``)
 }
-#: The share of version 4's runs that focus: each focus kept as often as in version 3
-#: (half the runs over 13 foci), the rest the swarm's.
-FOCUSED = len(FOCI_KEPT) / 26
+#: From version 5 on: version 4's, and ``grants`` again. In a search of 3,000 schedules
+#: a mutant, a grants run killed a mutant of the turn queue's grants that version 4's
+#: runs did not (docs/project/testing.md, "Measuring the search").
+FOCI_KEPT_5: dict[str, tuple[str, ...]] = {**FOCI_KEPT, "grants": FOCI_GRANTS["grants"]}
 
 
 def focus(
     cfg: Config, rng: random.Random, foci: dict[str, tuple[str, ...]] = FOCI, share: float = 0.5
 ) -> None:
     """In ``share`` of the runs (half up to version 3), focus ``cfg`` on one of ``foci``
-    (the seed's range's, or version 4's :data:`FOCI_KEPT`), drawn from ``rng``."""
+    (the seed's range's, or those a measurement keeps: :data:`FOCI_KEPT_5`), drawn from ``rng``."""
     if rng.random() < 1.0 - share:
         return
     cfg.focus = rng.choice(sorted(foci))
