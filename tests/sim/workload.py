@@ -240,7 +240,7 @@ def make_config(plan: Plan) -> Config:
         cfg.long = more.random() < 0.3
     if plan.has("live"):
         cfg.nudge = random.Random(f"nudge-{seed}").choice((0.0, 0.2, 0.5))
-    if plan.version >= 4:  # (the foci a measurement keeps: FOCI_KEPT)
+    if plan.version >= 4:  # (the foci a measurement keeps)
         kept = FOCI_KEPT_5 if plan.version >= 5 else FOCI_KEPT
         focus(cfg, random.Random(f"focus-{seed}"), kept, share=len(kept) / 26)
     elif plan.has("focus"):
