@@ -561,6 +561,59 @@ def test_named_mutants_are_caught_by_the_seeds_the_search_found(
     # (On this code the seed passes: test_seeds_that_once_failed_pass replays it.)
 
 
+def test_refind_leaves_an_entry_that_still_catches_its_mutant(tmp_path: Path) -> None:
+    """``python -m tests.sim refind NAME`` (docs/project/testing.md): an entry whose
+    seed still fails on its rule with its mutant applied is left as it is."""
+    shutil.copytree(ROOT / "aiolock", tmp_path / "aiolock")
+    shutil.copytree(
+        ROOT / "tests" / "sim", tmp_path / "tests" / "sim", ignore=shutil.ignore_patterns("*.pyc")
+    )
+    shutil.copy(ROOT / "tests" / "mutants.py", tmp_path / "tests" / "mutants.py")
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    name = "acquire script ignores the stored fencing counter"
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.sim", "refind", name],
+        cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300, env=ENV,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert out.stdout.splitlines() == [f"still caught  {name}"]
+
+
+def test_refind_takes_another_kept_seed_with_its_faults_else_searches() -> None:
+    """What ``refind`` makes of the commands it runs with the mutant applied: a kept
+    seed that fails, with the faults it keeps (or all of them); else the first failing
+    plan of the search from the seed after the entry's own, in its version, shrunk."""
+    from tests.sim.__main__ import _found_again
+    from tests.sim.plan import Plan
+
+    asked: list[tuple[str, ...]] = []
+
+    def sim(outputs: dict[str, str]) -> Any:
+        def run(*args: str) -> str:
+            asked.append(args)
+            return outputs.get(args[0], "")
+
+        return run
+
+    failing = "seed 7: FAILED, 3 holdings, 4 faults, counts {}, digest 0\nVIOLATION kept: x\n"
+    kept_some = sim(
+        {"regressions": "kept seed 7 --keep '1,3' FAILED:\n   kept: x\n", "replay": failing}
+    )
+    assert _found_again(kept_some, "m", Plan(5, 1), 10, 1) == ("7", "1,3", failing)
+    assert asked[-1] == ("replay", "7", "--keep", "1,3")
+    kept_all = sim({"regressions": "kept seed 7 FAILED:\n   kept: x\n", "replay": failing})
+    assert _found_again(kept_all, "m", Plan(5, 1), 10, 1) == ("7", "0,1,2,3", failing)
+    shrunk = (
+        "VIOLATION kept: x\nshrunk to 1 of its faults: python -m tests.sim replay v2:9 --keep 2\n"
+    )
+    searched = sim(
+        {"search": "searching\nseed v2:9 FAILED after 3 schedules (1 s):\n", "shrink": shrunk}
+    )
+    assert _found_again(searched, "m", Plan(5, 2), 10, 1) == ("v2:9", "2", shrunk)
+    assert ("search", "--first", "6", "--version", "2", "--count", "10", "--jobs", "1") in asked
+    assert _found_again(sim({}), "m", Plan(5, 2), 10, 1) is None
+
+
 #: Where the budget's searches start: fresh seeds on every run of the suite (printed
 #: with any failure, to replay), unless ``AIOLOCK_SIM_FIRST`` names the first.
 FIRSTS = [

@@ -7,6 +7,7 @@
     python -m tests.sim digests [--first N] [--count K | --kept]
     python -m tests.sim regressions [--first-for NAME | --part I/N]
     python -m tests.sim findings
+    python -m tests.sim refind [NAME ...] [--count K] [--jobs J]
 
 ``search`` plays seeds first, first + 1, ... and stops at the first failing one, which
 it prints with the command that replays it (``--where``: only the seeds whose run has
@@ -25,7 +26,9 @@ shares them out; a kept seed whose run is stopped as busy, a livelock, fails too
 replay does, though a search reports such seeds apart); ``digests`` prints each seed's
 history digest, one per line (or each seed kept as a test, with the faults it keeps:
 ``--kept``); ``nox -s determinism`` compares them across Python versions, but for
-the lines marked as this Python's (a version-1 stall within a step: ``Result.portable``).
+the lines marked as this Python's (a version-1 stall within a step: ``Result.portable``);
+``refind`` checks that each ``kept.CAUGHT`` seed still kills its mutant, and prints a
+new entry for each that does not (see :func:`refind`).
 
 The history is the same, byte for byte, for the same seed: ``PYTHONHASHSEED`` is fixed
 (the command re-executes itself with ``PYTHONHASHSEED=0`` when it is not).
@@ -36,15 +39,18 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import re
 import resource
 import signal
 import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
+from typing import Any
 
 from .kept import CAUGHT, REGRESSIONS, SCHEDULES, kept, target
 from .plan import LATEST, Plan
@@ -295,6 +301,71 @@ def mutants(
     return 1 if survived else 0
 
 
+def refind(names: list[str], count: int, jobs: int) -> int:
+    """Each ``kept.CAUGHT`` entry (of the mutants named, else all) that no longer
+    catches its mutant on its rule, found again (see :func:`_found_again`); prints the
+    entry for kept.py. A change to the library's timing moves every history after it
+    (docs/project/testing.md). Each mutant is applied to this tree while its commands
+    run, as ``mutants`` does."""
+    from tests.mutants import MUTANTS, run_mutated
+
+    by_name = {m.name: m for m in MUTANTS}
+    lost = 0
+    for name, seed, keep, rule in CAUGHT:
+        if names and name not in names:
+            continue
+        mutant = by_name[name]
+
+        def sim(*args: str, mutant: Any = mutant) -> str:
+            command = [sys.executable, "-m", "tests.sim", *args]
+            return run_mutated(mutant, command).stdout
+
+        if f"VIOLATION {rule}:" in sim("replay", str(seed), "--keep", ",".join(map(str, keep))):
+            print(f"still caught  {name}", flush=True)
+            continue
+        found = _found_again(sim, name, target(seed), count, jobs)
+        broke = re.search(r"^VIOLATION ([^:]+):", found[2], re.MULTILINE) if found else None
+        if found is None or broke is None:
+            print(f"NOT FOUND     {name}: no kept seed, nor {count} schedules after {seed}")
+            lost += 1
+            continue
+        plan, faults, _ = found
+        entry = (name, int(plan) if plan.isdigit() else plan, _numbers(faults), broke[1])
+        print(f"found again   {entry!r},", flush=True)
+    return 1 if lost else 0
+
+
+def _found_again(
+    sim: Callable[..., str], name: str, plan: Plan | Schedule, count: int, jobs: int
+) -> tuple[str, str, str] | None:
+    """A plan that kills the mutant ``sim`` runs with: ``(plan, faults kept, its
+    replay)``. Another kept seed, with the faults it keeps (all, if it keeps all), else
+    the first of ``count`` schedules from the seed after ``plan``'s in its version (the
+    generator's aim), shrunk."""
+    out = sim("regressions", "--first-for", name)
+    kept_seed = re.search(r"^kept seed (\S+)(?: --keep '([\d,]*)')? FAILED:", out, re.MULTILINE)
+    if kept_seed is not None:
+        found, faults = kept_seed[1], kept_seed[2]
+        if faults is not None:
+            return found, faults, sim("replay", found, "--keep", faults)
+        out = sim("replay", found)
+        played = re.search(r"holdings, (\d+) faults", out)
+        return found, ",".join(map(str, range(int(played[1]) if played else 0))), out
+    if not isinstance(plan, Plan):
+        return None
+    first = ["--first", str(plan.seed + 1), "--version", str(plan.version)]
+    out = sim("search", *first, "--count", str(count), "--jobs", str(jobs))
+    searched = re.search(r"^seed (\S+) FAILED", out, re.MULTILINE)
+    if searched is None:
+        return None
+    out = sim("shrink", searched[1])
+    return searched[1], out.rstrip().rsplit("--keep ", 1)[-1], out
+
+
+def _numbers(text: str) -> list[int]:
+    return [int(n) for n in text.split(",") if n]
+
+
 def findings() -> int:
     """Print docs/project/findings.md: every kept seed or schedule, what it found, and
     the first commit that recorded it (``git log -S``)."""
@@ -374,6 +445,10 @@ def main(argv: list[str]) -> int:
     d.add_argument("--version", type=int, default=LATEST)
     d.add_argument("--kept", action="store_true", help="the seeds kept as tests, instead")
     sub.add_parser("findings")
+    f = sub.add_parser("refind")
+    f.add_argument("names", nargs="*")
+    f.add_argument("--count", type=int, default=1000, help="schedules searched per entry")
+    f.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     g = sub.add_parser("regressions")
     g.add_argument("--first-for", help="a named mutant: the seeds kept for it first")
     g.add_argument(
@@ -382,6 +457,8 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.command == "findings":
         return findings()
+    if args.command == "refind":
+        return refind(args.names, args.count, args.jobs)
     if args.command == "regressions":
         _limit_memory()
         index, parts = map(int, args.part.split("/"))
