@@ -183,14 +183,16 @@ def bench_short(session: nox.Session) -> None:
 
 @nox.session
 def chaos(session: nox.Session) -> None:
-    """The chaos tests, all three modes (the default nox runs the short `expire` one).
+    """The chaos tests, all three modes (the default nox runs the short `expire` one),
+    and the renewal's guard with a 30-s ttl under hung nodes.
 
     `nox -s chaos -- 120` runs each for two minutes (default: 60 s).
     """
     session.install("-e", ".[test]")
     seconds = session.posargs[0] if session.posargs else "60"
+    guard = "tests/test_renewal.py::test_every_holder_is_told_a_guard_before_its_validity_ends"
     session.run(
-        "python", "-m", "pytest", "tests/test_chaos.py", "-s", "-p", "no:randomly",
+        "python", "-m", "pytest", "tests/test_chaos.py", guard, "-s", "-p", "no:randomly",
         "-o", "timeout=0", env={"AIOLOCK_CHAOS_SECONDS": seconds},
     )  # fmt: skip
 
