@@ -582,8 +582,9 @@ def test_refind_leaves_an_entry_that_still_catches_its_mutant(tmp_path: Path) ->
 def test_refind_takes_another_kept_seed_with_its_faults_else_searches() -> None:
     """What ``refind`` makes of the commands it runs with the mutant applied: a kept
     seed that fails, with the faults it keeps (or all of them); else the first failing
-    plan of the search from the seed after the entry's own, in its version, shrunk."""
-    from tests.sim.__main__ import _found_again
+    plan of the search from the seed after the entry's own, in its version, then of the
+    newest version's plans of its shape, shrunk."""
+    from tests.sim.__main__ import _aim, _found_again
     from tests.sim.plan import Plan
 
     asked: list[tuple[str, ...]] = []
@@ -612,6 +613,9 @@ def test_refind_takes_another_kept_seed_with_its_faults_else_searches() -> None:
     assert _found_again(searched, "m", Plan(5, 2), 10, 1) == ("v2:9", "2", shrunk)
     assert ("search", "--first", "6", "--version", "2", "--count", "10", "--jobs", "1") in asked
     assert _found_again(sim({}), "m", Plan(5, 2), 10, 1) is None
+    aimed = ",".join(sorted(_aim(Plan(5, 2))))
+    assert asked[-1][:3] == ("search", "--first", "6")
+    assert asked[-1][-4:] == ("--where", aimed, "--jobs", "1")
 
 
 #: Where the budget's searches start: fresh seeds on every run of the suite (printed

@@ -341,7 +341,8 @@ def _found_again(
     """A plan that kills the mutant ``sim`` runs with: ``(plan, faults kept, its
     replay)``. Another kept seed, with the faults it keeps (all, if it keeps all), else
     the first of ``count`` schedules from the seed after ``plan``'s in its version (the
-    generator's aim), shrunk."""
+    generator's aim), else of about ``count`` of the newest version's with ``plan``'s
+    focus and kinds of fault (:func:`_aim`), shrunk."""
     out = sim("regressions", "--first-for", name)
     kept_seed = re.search(r"^kept seed (\S+)(?: --keep '([\d,]*)')? FAILED:", out, re.MULTILINE)
     if kept_seed is not None:
@@ -353,13 +354,32 @@ def _found_again(
         return found, ",".join(map(str, range(int(played[1]) if played else 0))), out
     if not isinstance(plan, Plan):
         return None
-    first = ["--first", str(plan.seed + 1), "--version", str(plan.version)]
-    out = sim("search", *first, "--count", str(count), "--jobs", str(jobs))
+    first = ["--first", str(plan.seed + 1)]
+    out = sim(
+        "search", *first, "--version", str(plan.version), "--count", str(count), "--jobs", str(jobs)
+    )
     searched = re.search(r"^seed (\S+) FAILED", out, re.MULTILINE)
+    if searched is None:  # the newest version's plans of the same shape, if it has them
+        aim = _aim(plan)
+        alike = sum(aim <= shape(Plan(seed)) for seed in range(1, 1501))
+        where = ["--where", ",".join(sorted(aim)), "--jobs", str(jobs)]
+        if alike:  # (so many looked at that about ``count`` are played)
+            out = sim("search", *first, "--count", str(count * 1500 // alike), *where)
+            searched = re.search(r"^seed (\S+) FAILED", out, re.MULTILINE)
     if searched is None:
         return None
     out = sim("shrink", searched[1])
     return searched[1], out.rstrip().rsplit("--keep ", 1)[-1], out
+
+
+#: The tags of a plan's shape (``run.shape``) that an aimed search keeps, with its focus.
+AIMED = frozenset({"late_subscriptions", "pubsub_refused", "drops", "no_fault"})
+
+
+def _aim(plan: Plan) -> frozenset[str]:
+    """What a search for plans like ``plan`` asks of them: its focus and its faults'
+    kinds of trouble (not its node count, which the newest version draws apart)."""
+    return frozenset(tag for tag in shape(plan) if tag.startswith("focus=") or tag in AIMED)
 
 
 def _numbers(text: str) -> list[int]:
