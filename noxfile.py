@@ -204,7 +204,7 @@ def sim(session: nox.Session) -> None:
     `nox -s sim` searches for 30 minutes from a random seed and stops at the first
     failing one; `nox -s sim -- replay SEED`, `-- shrink SEED`, `-- search --seconds 300`,
     `-- mutants [NAME ...]` (see `python -m tests.sim --help`). Every run of the suite
-    searches 1,500 schedules from fresh seeds (tests/test_sim.py).
+    searches 1,000 schedules from fresh seeds (tests/test_sim.py).
     """
     session.install("-e", ".[test]")
     session.run("python", "-m", "tests.sim", *(session.posargs or ["search"]))
