@@ -37,6 +37,7 @@ The history is the same, byte for byte, for the same seed: ``PYTHONHASHSEED`` is
 from __future__ import annotations
 
 import argparse
+import functools
 import multiprocessing
 import os
 import re
@@ -50,11 +51,14 @@ from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .kept import CAUGHT, REGRESSIONS, SCHEDULES, kept, target
 from .plan import LATEST, Plan
 from .run import Result, Schedule, run, shape, shrink
+
+if TYPE_CHECKING:
+    from tests.mutants import Mutant
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -307,19 +311,14 @@ def refind(names: list[str], count: int, jobs: int) -> int:
     entry for kept.py. A change to the library's timing moves every history after it
     (docs/project/testing.md). Each mutant is applied to this tree while its commands
     run, as ``mutants`` does."""
-    from tests.mutants import MUTANTS, run_mutated
+    from tests.mutants import MUTANTS
 
     by_name = {m.name: m for m in MUTANTS}
     lost = 0
     for name, seed, keep, rule in CAUGHT:
         if names and name not in names:
             continue
-        mutant = by_name[name]
-
-        def sim(*args: str, mutant: Any = mutant) -> str:
-            command = [sys.executable, "-m", "tests.sim", *args]
-            return run_mutated(mutant, command).stdout
-
+        sim = functools.partial(_mutated, by_name[name])
         if f"VIOLATION {rule}:" in sim("replay", str(seed), "--keep", ",".join(map(str, keep))):
             print(f"still caught  {name}", flush=True)
             continue
@@ -330,9 +329,17 @@ def refind(names: list[str], count: int, jobs: int) -> int:
             lost += 1
             continue
         plan, faults, _ = found
-        entry = (name, int(plan) if plan.isdigit() else plan, _numbers(faults), broke[1])
+        kept_faults = [int(n) for n in faults.split(",") if n]
+        entry = (name, int(plan) if plan.isdigit() else plan, kept_faults, broke[1])
         print(f"found again   {entry!r},", flush=True)
     return 1 if lost else 0
+
+
+def _mutated(mutant: Mutant, *args: str) -> str:
+    """What ``python -m tests.sim ARGS`` prints with ``mutant`` applied."""
+    from tests.mutants import run_mutated
+
+    return run_mutated(mutant, [sys.executable, "-m", "tests.sim", *args]).stdout
 
 
 def _found_again(
@@ -354,22 +361,18 @@ def _found_again(
         return found, ",".join(map(str, range(int(played[1]) if played else 0))), out
     if not isinstance(plan, Plan):
         return None
-    first = ["--first", str(plan.seed + 1)]
-    out = sim(
-        "search", *first, "--version", str(plan.version), "--count", str(count), "--jobs", str(jobs)
-    )
-    searched = re.search(r"^seed (\S+) FAILED", out, re.MULTILINE)
-    if searched is None:  # the newest version's plans of the same shape, if it has them
-        aim = _aim(plan)
-        alike = sum(aim <= shape(Plan(seed)) for seed in range(1, 1501))
-        where = ["--where", ",".join(sorted(aim)), "--jobs", str(jobs)]
-        if alike:  # (so many looked at that about ``count`` are played)
-            out = sim("search", *first, "--count", str(count * 1500 // alike), *where)
-            searched = re.search(r"^seed (\S+) FAILED", out, re.MULTILINE)
-    if searched is None:
-        return None
-    out = sim("shrink", searched[1])
-    return searched[1], out.rstrip().rsplit("--keep ", 1)[-1], out
+    searches = [("--version", str(plan.version), "--count", str(count))]
+    aim = _aim(plan)
+    alike = sum(aim <= shape(Plan(seed)) for seed in range(1, 1501))  # (of the newest's)
+    if alike:  # (so many looked at that about ``count`` are played)
+        searches.append(("--where", ",".join(sorted(aim)), "--count", str(count * 1500 // alike)))
+    for search in searches:
+        out = sim("search", "--first", str(plan.seed + 1), *search, "--jobs", str(jobs))
+        searched = re.search(r"^seed (\S+) FAILED", out, re.MULTILINE)
+        if searched is not None:
+            out = sim("shrink", searched[1])
+            return searched[1], out.rstrip().rsplit("--keep ", 1)[-1], out
+    return None
 
 
 #: The tags of a plan's shape (``run.shape``) that an aimed search keeps, with its focus.
@@ -380,10 +383,6 @@ def _aim(plan: Plan) -> frozenset[str]:
     """What a search for plans like ``plan`` asks of them: its focus and its faults'
     kinds of trouble (not its node count, which the newest version draws apart)."""
     return frozenset(tag for tag in shape(plan) if tag.startswith("focus=") or tag in AIMED)
-
-
-def _numbers(text: str) -> list[int]:
-    return [int(n) for n in text.split(",") if n]
 
 
 def findings() -> int:
