@@ -35,7 +35,8 @@ async def _contend(
     """
     sections: list[tuple[float, float, int]] = []
     pid = os.getpid()
-    async with LockManager(nodes, restart_grace=0) as locks:
+    # (node_timeout: as many_names's, names.py)
+    async with LockManager(nodes, restart_grace=0, node_timeout=1.0) as locks:
         stop_at = time.monotonic() + seconds
 
         async def task() -> None:

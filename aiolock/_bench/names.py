@@ -27,7 +27,9 @@ async def many_names(nodes: Sequence[str], seconds: float, tasks: int = TASKS) -
     (``per_second``; no overlaps possible, the counter exact by construction).
     """
     cycles = 0
-    async with LockManager(nodes, restart_grace=0) as locks:
+    # A throughput figure, not a failover's: on a loaded machine (the test suite beside
+    # it) a loop stalled past the default 50 ms would fail a release and end the run.
+    async with LockManager(nodes, restart_grace=0, node_timeout=1.0) as locks:
         stop = time.monotonic() + seconds
 
         async def task(i: int) -> None:
