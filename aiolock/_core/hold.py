@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import weakref
 from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, Protocol
@@ -213,19 +212,20 @@ class TaskHold:
 
 
 class TaskHolds:
-    """The names each live task holds (tasks are weakly referenced: no leak)."""
+    """The names each task holds; a task is known only while it holds a name.
+
+    A plain dict, not a ``WeakKeyDictionary``: each entry references its task anyway,
+    and a weak key costs a new weak reference on every lookup (three a lock cycle).
+    """
 
     def __init__(self) -> None:
-        self._by_task: weakref.WeakKeyDictionary[asyncio.Task[Any], dict[bytes, TaskHold]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._by_task: dict[asyncio.Task[Any], dict[bytes, TaskHold]] = {}
 
     def held(self, key: bytes, now: float) -> TaskHold | None:
         """The current task's entry for ``key``, if it still holds it with validity left."""
         task = asyncio.current_task()
-        if task is None:
-            return None
-        entry = self._by_task.get(task, {}).get(key)
+        holds = self._by_task.get(task) if task is not None else None
+        entry = holds.get(key) if holds is not None else None
         if entry is None or entry.hold.remaining(now) <= 0.0:
             return None  # (a lost or expired one no longer counts)
         return entry
@@ -235,7 +235,10 @@ class TaskHolds:
         task = asyncio.current_task()
         assert task is not None  # noqa: S101 - acquire runs in a task
         entry = TaskHold(task, key, hold, renewal, reentrant=reentrant)
-        self._by_task.setdefault(task, {})[key] = entry
+        holds = self._by_task.get(task)
+        if holds is None:
+            holds = self._by_task[task] = {}
+        holds[key] = entry
         return entry
 
     def remove(self, entry: TaskHold) -> None:
@@ -243,3 +246,5 @@ class TaskHolds:
         holds = self._by_task.get(entry.task)
         if holds is not None and holds.get(entry.key) is entry:
             del holds[entry.key]
+            if not holds:
+                del self._by_task[entry.task]

@@ -193,7 +193,9 @@ class Node(ReplyReader):
                 self._loads_due.append(script)
             load = (b"SCRIPT", b"LOAD", script.source)
             self._send(pack(load), ignore, None, load)
-        self._send(_evalsha(script, args), callback, script, args)
+        last = _last_packed  # (_evalsha's cache, read here: a call less per node)
+        packed = last[2] if last[1] is args and last[0] is script else _evalsha(script, args)
+        self._send(packed, callback, script, args)
 
     def _send(
         self, packed: bytes, callback: Callback, script: Script | None, args: tuple[bytes, ...]
@@ -209,6 +211,14 @@ class Node(ReplyReader):
                 self._reset(TimeoutError(f"{self.name}: no reply for {self._stall_timeout:.2f}s"))
             else:
                 pending.append((callback, script, args, now))
+                buffered = self._buffered
+                if (
+                    buffered is not None
+                    and self._buffered_for is transport
+                    and len(buffered) < COALESCE_REQUESTS - 1
+                ):
+                    buffered.append(packed)  # (_write's usual case, without its call)
+                    return
                 self._write(packed)  # (after: _flush restamps what it writes)
                 written = time.monotonic()
                 if written - now > self._request_timeout:  # (blocked inside the write: a
