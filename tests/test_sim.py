@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 import weakref
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -412,6 +415,57 @@ def test_seeds_that_once_failed_pass(part: int) -> None:
     assert "kept seeds replayed, no violation" in out.stdout
 
 
+class Preloaded:
+    """``python -m tests.sim ARGS`` run in a directory, each in a fork of one process
+    that imported the runs' dependencies once (tests/preloaded.py): the same run as
+    a fresh interpreter's, without its imports."""
+
+    def __init__(self) -> None:
+        self._process: subprocess.Popen[str] | None = None
+
+    def run(self, cwd: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
+        """The run's exit code, stdout and stderr."""
+        process = self._process
+        if process is None or process.poll() is not None:
+            self.close()
+            process = self._process = subprocess.Popen(
+                [sys.executable, str(ROOT / "tests" / "preloaded.py")], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, text=True, env=ENV, cwd=ROOT, start_new_session=True,
+            )  # fmt: skip
+        assert process.stdin is not None
+        assert process.stdout is not None
+        out, err = cwd / "stdout.txt", cwd / "stderr.txt"
+        request = {"cwd": str(cwd), "argv": argv, "stdout": str(out), "stderr": str(err)}
+        process.stdin.write(json.dumps(request) + "\n")
+        process.stdin.flush()
+        answer = process.stdout.readline()
+        if not answer:
+            raise RuntimeError(f"tests/preloaded.py exited ({process.wait()})")
+        code = json.loads(answer)["code"]
+        return subprocess.CompletedProcess(argv, code, out.read_text(), err.read_text())
+
+    def close(self) -> None:
+        """Stop the process, and a run it may be stuck in."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        for pipe in (process.stdin, process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+@pytest.fixture(scope="session")
+def preloaded() -> Iterator[Preloaded]:
+    runs = Preloaded()
+    try:
+        yield runs
+    finally:
+        runs.close()
+
+
 def _copy_for_mutants(root: Path) -> None:
     """The library, the simulation and the named mutants, copied to ``root``: a mutant
     is applied to the tree it runs in."""
@@ -534,8 +588,8 @@ def _copy_for_mutants(root: Path) -> None:
         "deaf-head-sleeps-to-expiry",
     ],
 )
-def test_named_mutants_are_caught_by_the_seeds_the_search_found(
-    tmp_path: Path, name: str, seed: int, keep: list[int], rule: str
+def test_named_mutants_are_caught_by_the_seeds_the_search_found(  # noqa: PLR0917
+    tmp_path: Path, preloaded: Preloaded, name: str, seed: int, keep: list[int], rule: str
 ) -> None:
     """The seed fails on a copy of the library with the mutant applied, on the rule
     named; on ours it passes (every kept seed is replayed by
@@ -551,18 +605,7 @@ def test_named_mutants_are_caught_by_the_seeds_the_search_found(
 
     _copy_for_mutants(tmp_path)
     apply(next(m for m in MUTANTS if m.name == name), tmp_path)
-    args = [
-        sys.executable,
-        "-m",
-        "tests.sim",
-        "replay",
-        str(seed),
-        "--keep",
-        ",".join(map(str, keep)),
-    ]
-    reverted = subprocess.run(
-        args, cwd=tmp_path, capture_output=True, text=True, check=False, timeout=300, env=ENV
-    )
+    reverted = preloaded.run(tmp_path, ["replay", str(seed), "--keep", ",".join(map(str, keep))])
     assert reverted.returncode == 1, reverted.stdout[-3000:] + reverted.stderr[-2000:]
     assert f"VIOLATION {rule}:" in reverted.stdout, reverted.stdout[-3000:]
     # (On this code the seed passes: test_seeds_that_once_failed_pass replays it.)
