@@ -35,8 +35,7 @@ async def _contend(
     """
     sections: list[tuple[float, float, int]] = []
     pid = os.getpid()
-    # (node_timeout: as many_names's, names.py)
-    async with LockManager(nodes, restart_grace=0, node_timeout=1.0) as locks:
+    async with LockManager(nodes, restart_grace=0) as locks:
         stop_at = time.monotonic() + seconds
 
         async def task() -> None:
