@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import secrets
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Final
@@ -140,7 +141,7 @@ class Lock(BaseHandle):
                 )
         token = secrets.token_bytes(TOKEN_BYTES)
         attempt = await self._wait_for(
-            lambda: self._attempt(token),
+            functools.partial(self._attempt, token),
             wait,
             queue=self._queue_key,
             channels=self._channels,

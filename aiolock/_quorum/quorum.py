@@ -99,20 +99,22 @@ class Quorum:
         """
         return start + ttl - drift(ttl, self.drift_factor)
 
-    def _start(
+    async def _run(
         self,
         script: Script,
         args: tuple[bytes, ...],
         classify: Classifier,
         *,
-        early: bool,
+        early: bool = True,
+        shielded: bool = False,
         only: Sequence[int] | None = None,
         others: Any = None,
+        then: Callable[[Votes], None] | None = None,
         veto: Veto | None = None,
         keys_asked: KeysAsked | None = None,
-    ) -> tuple[Votes, asyncio.Future[None], TimedFanOut]:
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
+    ) -> Votes:
+        """Run ``script`` with ``args`` on every node (or on ``only``): its votes, decided."""
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         votes = Votes(self.n, self.quorum, classify, waiter, early=early, veto=veto)
         indices = range(self.n) if only is None else only
         if only is not None:
@@ -130,33 +132,7 @@ class Quorum:
                 call_with_keys_asked(nodes[i], script, args, keys_asked, callback)
         # Set going after the sends: its start then follows every write they scheduled
         # for this iteration's end (a script's load written at once, its EVALSHA held).
-        return votes, waiter, self._timer.start(votes)
-
-    async def _run(
-        self,
-        script: Script,
-        args: tuple[bytes, ...],
-        classify: Classifier,
-        *,
-        early: bool = True,
-        shielded: bool = False,
-        only: Sequence[int] | None = None,
-        others: Any = None,
-        then: Callable[[Votes], None] | None = None,
-        veto: Veto | None = None,
-        keys_asked: KeysAsked | None = None,
-    ) -> Votes:
-        """Run ``script`` with ``args`` on every node (or on ``only``): its votes, decided."""
-        votes, waiter, timer = self._start(
-            script,
-            args,
-            classify,
-            early=early,
-            only=only,
-            others=others,
-            veto=veto,
-            keys_asked=keys_asked,
-        )
+        timer = self._timer.start(votes)
         try:
             try:
                 await waiter
