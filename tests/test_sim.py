@@ -422,11 +422,14 @@ class Preloaded:
 
     def __init__(self) -> None:
         self._process: subprocess.Popen[str] | None = None
+        #: A run was asked for and its answer not read (its test timed out): the
+        #: process's next answer would be that run's.
+        self._asked = False
 
     def run(self, cwd: Path, argv: list[str]) -> subprocess.CompletedProcess[str]:
         """The run's exit code, stdout and stderr."""
         process = self._process
-        if process is None or process.poll() is not None:
+        if process is None or process.poll() is not None or self._asked:
             self.close()
             process = self._process = subprocess.Popen(
                 [sys.executable, str(ROOT / "tests" / "preloaded.py")], stdin=subprocess.PIPE,
@@ -436,9 +439,11 @@ class Preloaded:
         assert process.stdout is not None
         out, err = cwd / "stdout.txt", cwd / "stderr.txt"
         request = {"cwd": str(cwd), "argv": argv, "stdout": str(out), "stderr": str(err)}
+        self._asked = True
         process.stdin.write(json.dumps(request) + "\n")
         process.stdin.flush()
         answer = process.stdout.readline()
+        self._asked = False
         if not answer:
             raise RuntimeError(f"tests/preloaded.py exited ({process.wait()})")
         code = json.loads(answer)["code"]
