@@ -48,8 +48,8 @@ nox.options.reuse_existing_virtualenvs = True
 # spends about 15 s per session less installing than with pip; virtualenv without it.
 nox.options.default_venv_backend = "uv|virtualenv"
 # Installed with their bytecode, as pip installs: uv leaves it out, and where
-# PYTHONDONTWRITEBYTECODE is set every interpreter the suite starts compiled redis-py
-# and the rest again (two tests took 22.6 s so, 15.1 s compiled).
+# PYTHONDONTWRITEBYTECODE is set every interpreter the suite starts would compile
+# redis-py and the rest again (its tests that start interpreters ran a third slower).
 os.environ.setdefault("UV_COMPILE_BYTECODE", "1")
 # A Python that is not installed is skipped with a message (`nox -s tests` on a
 # machine with one Python); CI runs only the Python running nox.
