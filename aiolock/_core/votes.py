@@ -173,12 +173,7 @@ class Votes:
             self.failed += 1
         else:
             self.no += 1
-        # (decided(), inlined: it runs for every reply)
-        yes, settled = self.yes, self.yes + self.no + self.failed
-        if (
-            settled == self.n
-            or (self._early and (yes >= self.quorum or settled - yes > self.n - self.quorum))
-        ) and not self.waiter.done():
+        if not self.waiter.done() and self.decided():
             self.waiter.set_result(None)
 
     def decided(self) -> bool:

@@ -77,12 +77,9 @@ _Queued = tuple[bytes, Callback, Script | None, tuple[bytes, ...], float]
 _last_packed: tuple[object, object, bytes] = (None, None, b"")
 
 
-def _evalsha(script: Script, args: tuple[bytes, ...]) -> bytes:
-    """``EVALSHA sha *args``, packed (once per fan-out: see ``_last_packed``)."""
+def _pack_evalsha(script: Script, args: tuple[bytes, ...]) -> bytes:
+    """``EVALSHA sha *args``, packed and kept as ``_last_packed`` (read by call_script)."""
     global _last_packed  # noqa: PLW0603 - a one-entry cache
-    last = _last_packed
-    if last[1] is args and last[0] is script:
-        return last[2]
     packed = pack((b"EVALSHA", script.sha, *args))
     _last_packed = (script, args, packed)
     return packed
@@ -193,8 +190,8 @@ class Node(ReplyReader):
                 self._loads_due.append(script)
             load = (b"SCRIPT", b"LOAD", script.source)
             self._send(pack(load), ignore, None, load)
-        last = _last_packed  # (_evalsha's cache, read here: a call less per node)
-        packed = last[2] if last[1] is args and last[0] is script else _evalsha(script, args)
+        last = _last_packed  # (a fan-out's requests are packed once, for every node)
+        packed = last[2] if last[1] is args and last[0] is script else _pack_evalsha(script, args)
         self._send(packed, callback, script, args)
 
     def _send(
