@@ -488,7 +488,13 @@ class FanOutTimer:
         if timed.votes is None:  # decided and cancelled before this ran
             return
         loop = asyncio.get_running_loop()
-        self._due.append((loop.time() + self._delay, timed))
+        due = self._due
+        # Fan-outs decided since leave now, not when the timer next fires (which skips
+        # them alike): kept a node_timeout, each would outlive the young garbage
+        # collections, and bring on the full ones (a full one costs milliseconds).
+        while due and due[0][1].votes is None:
+            due.popleft()
+        due.append((loop.time() + self._delay, timed))
         if self._armed_on is not loop:
             self._armed_on = loop
             loop.call_at(self._due[0][0], self._fire)

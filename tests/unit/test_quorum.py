@@ -207,6 +207,16 @@ async def test_each_fan_out_times_out_from_its_own_start_and_a_decided_one_never
         assert 0.049 <= took < 0.5, timed
 
 
+async def test_a_decided_fan_out_is_not_kept_until_the_timer_fires() -> None:
+    """The fan-outs decided before the next one starts leave the timer's queue then, not
+    a node_timeout later: kept, each would outlive the young garbage collections."""
+    quorum = make([FakeNode(f"n{i}", reply=1) for i in range(3)], node_timeout=30.0)
+    for _ in range(50):
+        assert (await quorum.release(b"k", b"t")).won
+    await asyncio.sleep(0)  # (the last fan-out's stamp)
+    assert len(quorum._timer._due) == 1
+
+
 async def test_cancelled_acquire_still_cleans_up_every_node() -> None:
     nodes = [FakeNode(f"n{i}", delay=0.2) for i in range(3)]
     quorum = make(nodes, node_timeout=1.0)
