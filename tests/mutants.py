@@ -961,7 +961,7 @@ MUTANTS = [
     Mutant(
         "a handle reads owned while its own release is in flight",
         "lock.py",
-        "        hold.ended = True\n        engine = self._engine\n",
+        "        hold.end()\n        engine = self._engine\n",
         "        engine = self._engine\n",
         ("tests/test_late.py::test_a_handle_stops_reading_owned_once_its_release_is_on_its_way",),
     ),

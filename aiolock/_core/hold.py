@@ -118,6 +118,16 @@ class Hold:
         renewal = self.renewal
         return renewal.lost if renewal is not None else None
 
+    def end(self) -> None:
+        """Released or dropped: no extension settles on it any more.
+
+        It forgets its renewal, stopped by now, which refers back to it: the two would
+        otherwise be a cycle that only the garbage collector frees. ``remaining()`` is
+        ``0.0`` from now on whatever the renewal said.
+        """
+        self.ended = True
+        self.renewal = None
+
     def remaining(self, now: float) -> float:
         """Seconds of validity left at ``now``; ``0.0`` once ended or lost."""
         if self.ended or self.lost is not None:

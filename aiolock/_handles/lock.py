@@ -208,7 +208,7 @@ class Lock(BaseHandle):
         self._stop_renewal()
         # From the first node that applies it, the release deletes the key: the handle
         # no longer reads owned from now on (remaining() is 0.0 once the hold ended).
-        hold.ended = True
+        hold.end()
         engine = self._engine
         held = engine.clock() - hold.acquired_at
         try:
@@ -382,7 +382,7 @@ class Lock(BaseHandle):
             self._entry = None
         hold, self._hold = self._hold, None
         if hold is not None:
-            hold.ended = True
+            hold.end()
 
     def _stop_renewal(self) -> None:
         if self._renewal is not None:

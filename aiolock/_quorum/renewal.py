@@ -98,7 +98,14 @@ class Deadlines:
         if armed.armed:
             self._stale += 1
         armed.armed = self._count
-        heappush(self._heap, (at, self._count, armed))
+        heap = self._heap
+        # Entries stopped or moved since leave from the top now, not when the timer
+        # next fires (which skips them alike): kept, each keeps its renewal and hold
+        # alive past the young garbage collections.
+        while heap and heap[0][2].armed != heap[0][1]:
+            heappop(heap)
+            self._stale -= 1
+        heappush(heap, (at, self._count, armed))
         loop = asyncio.get_running_loop()
         if at < self._timer_at or loop is not self._loop:  # (a timer on a loop gone)
             self._set(self._heap[0][0], loop)

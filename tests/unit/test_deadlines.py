@@ -94,3 +94,16 @@ def test_a_timer_left_on_a_loop_that_ended_does_not_hold_back_the_next_loop() ->
     asyncio.run(arm("second", 0.5, 0.6))  # later than the first's: still fires
     # (The first, past due, fires on the next loop that arms a deadline.)
     assert [name for name, _ in fired] == ["first", "second"]
+
+
+async def test_stopped_entries_at_the_top_leave_at_the_next_arm() -> None:
+    """Locks released in the order they were taken: each one's entry, stopped, leaves
+    the heap when the next lock is armed (kept, it would keep its renewal and hold
+    alive past the young garbage collections)."""
+    loop = asyncio.get_running_loop()
+    deadlines = Deadlines(loop.time)
+    for i in range(50):
+        cycle = Armed([], f"cycle {i}", loop)
+        deadlines.arm(cycle, loop.time() + 30)
+        deadlines.disarm(cycle)
+    assert deadlines.pending() == 1
