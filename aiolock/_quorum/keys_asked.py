@@ -28,19 +28,39 @@ def call_with_keys_asked(
     ``args`` is ``(numkeys, *keys, *argv)``; the keys asked for are appended to the keys.
     After :data:`MAX_KEY_ROUNDS` rounds the node counts as "held", holder's ttl unknown.
     """
-    numkeys = int(args[0])
-    keys, argv = args[1 : 1 + numkeys], args[1 + numkeys :]
-    rounds = 0
+    node.call_script(script, args, _Asking(node, script, args, keys_asked, callback))
 
-    def on_reply(reply: Any) -> None:
-        nonlocal rounds
-        more = None if isinstance(reply, BaseException) else keys_asked(reply)
+
+class _Asking:
+    """One node's replies to ``script``, until one asks for no more keys.
+
+    An object, not a closure that passes itself on: that would refer to itself, and
+    take the fan-out's votes with it into a cycle only the garbage collector frees.
+    """
+
+    __slots__ = ("argv", "callback", "keys", "keys_asked", "node", "numkeys", "rounds", "script")
+
+    def __init__(
+        self,
+        node: NodeLike,
+        script: Script,
+        args: tuple[bytes, ...],
+        keys_asked: Callable[[Any], tuple[bytes, ...] | None],
+        callback: Callback,
+    ) -> None:
+        self.node, self.script, self.keys_asked, self.callback = node, script, keys_asked, callback
+        self.numkeys = numkeys = int(args[0])
+        self.keys, self.argv = args[1 : 1 + numkeys], args[1 + numkeys :]
+        self.rounds = 0
+
+    def __call__(self, reply: Any) -> None:
+        rounds = self.rounds
+        more = None if isinstance(reply, BaseException) else self.keys_asked(reply)
         if more is None:
-            callback(reply)
+            self.callback(reply)
         elif rounds >= MAX_KEY_ROUNDS:
-            callback([0, -2])  # the keys kept changing: held, ttl unknown
+            self.callback([0, -2])  # the keys kept changing: held, ttl unknown
         else:
-            rounds += 1
-            node.call_script(script, (b"%d" % (numkeys + len(more)), *keys, *more, *argv), on_reply)
-
-    node.call_script(script, args, on_reply)
+            self.rounds = rounds + 1
+            args = (b"%d" % (self.numkeys + len(more)), *self.keys, *more, *self.argv)
+            self.node.call_script(self.script, args, self)

@@ -6,6 +6,7 @@ Pure logic only: every test that touches Redis runs on real servers elsewhere.
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,7 +15,7 @@ import anyio
 import pytest
 
 from aiolock._core.batch import BATCH_BYTES, batch_chunks
-from aiolock._core.votes import DRIFT_FLOOR, drift, quorum_size
+from aiolock._core.votes import DRIFT_FLOOR, Votes, drift, quorum_size
 from aiolock._io.node import Callback
 from aiolock._lua import ACQUIRE_SCRIPT, RAISE_FENCE_SCRIPT, RELEASE_SCRIPT, Script
 from aiolock._quorum.keys_asked import MAX_KEY_ROUNDS
@@ -333,6 +334,33 @@ async def test_a_node_that_keeps_asking_for_keys_counts_as_held_after_the_bound(
         assert len(asked) == 1 + MAX_KEY_ROUNDS
         # Each round declares the keys the node asked for, once each.
         assert [call.count(b"k:reader") for call in asked] == [0] + [1] * MAX_KEY_ROUNDS
+
+
+async def test_replies_that_ask_for_keys_leave_no_reference_cycle() -> None:
+    """The fan-out's votes are freed once nothing refers to them, not by the garbage
+    collector: the helper that sends a script again with the keys asked must not refer
+    to itself."""
+    nodes = [FakeNode(f"n{i}", reply=[2, b"reader"]) for i in range(3)]
+    quorum = make(nodes)
+
+    def keys_asked(reply: Any) -> tuple[bytes, ...] | None:
+        return (b"k:reader",) if type(reply) is list and reply[0] == 2 else None
+
+    await quorum.acquire(b"k", b"t", 10.0, keys_asked=keys_asked)  # (warm)
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        attempt = await quorum.acquire(b"k", b"t", 10.0, keys_asked=keys_asked)
+        assert attempt.votes.no == 3
+        del attempt
+        gc.collect()
+        cyclic = [o for o in gc.garbage if isinstance(o, Votes)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert cyclic == []
 
 
 def _raises(nodes: list[FakeNode]) -> list[int]:
