@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import gc
 import json
 import math
 import os
@@ -172,6 +173,28 @@ def name() -> str:
 
 def key(name: str, prefix: str = "aiolock:") -> str:
     return f"{prefix}{{{name}}}"
+
+
+@contextlib.contextmanager
+def cycles_of(*types: type) -> Iterator[list[object]]:
+    """The objects of ``types`` that the block leaves in reference cycles.
+
+    Such objects are freed only by the garbage collector, not as soon as nothing
+    refers to them: one a lock cycle brings on collections, and the full ones with them.
+    The list fills as the block ends.
+    """
+    found: list[object] = []
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        yield found
+        gc.collect()
+        found.extend(o for o in gc.garbage if isinstance(o, types))
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
 
 
 async def keys_on(clients: list[redis.Redis], name: str) -> list[bool]:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import itertools
 import math
 import sys
@@ -22,7 +21,7 @@ from aiolock._quorum.renewal import Renewal
 from aiolock.testing import Server, Servers
 
 from . import seam
-from .conftest import key, renewals_run
+from .conftest import cycles_of, key, renewals_run
 from .faults import Mode, proxies
 
 
@@ -257,21 +256,12 @@ async def test_a_released_lock_and_its_renewal_are_no_reference_cycle(
     lock = locks.lock(name, ttl=10)
     assert await lock.acquire()  # (warm: the manager's first renewal starts its task)
     await lock.release()
-    gc.collect()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
+    with cycles_of(Renewal, Hold) as cyclic:
         for _ in range(5):
             lock = locks.lock(name, ttl=10)
             assert await lock.acquire()
             await lock.release()
         del lock
-        gc.collect()
-        cyclic = [o for o in gc.garbage if isinstance(o, Renewal | Hold)]
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.enable()
     assert cyclic == []
 
 

@@ -298,6 +298,9 @@ class TurnEntry:
         if self._refresh is not None:
             self._refresh.cancel()
             self._refresh = None
+        # Nothing asks for our head once we left (no refresh, no fallback), and it
+        # reads the queue that refers to us: a cycle only the garbage collector frees.
+        self._head = _nobody
         self._turns.broadcast(TURN_LEAVE_SCRIPT, (*self._keys, self._turns.member))
         return self.named
 
@@ -305,3 +308,7 @@ class TurnEntry:
         if self._fallback is not None:
             self._fallback.cancel()
             self._fallback = None
+
+
+def _nobody() -> None:
+    """The head of a queue that has left the line: none."""

@@ -6,7 +6,6 @@ Pure logic only: every test that touches Redis runs on real servers elsewhere.
 from __future__ import annotations
 
 import asyncio
-import gc
 import time
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +21,8 @@ from aiolock._quorum.keys_asked import MAX_KEY_ROUNDS
 from aiolock._quorum.quorum import Quorum
 from aiolock._waiting.grants import Grants
 from aiolock._waiting.taker import Taker
+
+from ..conftest import cycles_of
 
 TAKEN = [1, 0]  # ACQUIRE's reply when the key was set
 HELD = [0, 5000]  # ... when someone else holds it, 5 s to live
@@ -347,19 +348,10 @@ async def test_replies_that_ask_for_keys_leave_no_reference_cycle() -> None:
         return (b"k:reader",) if type(reply) is list and reply[0] == 2 else None
 
     await quorum.acquire(b"k", b"t", 10.0, keys_asked=keys_asked)  # (warm)
-    gc.collect()
-    gc.disable()
-    gc.set_debug(gc.DEBUG_SAVEALL)
-    try:
+    with cycles_of(Votes) as cyclic:
         attempt = await quorum.acquire(b"k", b"t", 10.0, keys_asked=keys_asked)
         assert attempt.votes.no == 3
         del attempt
-        gc.collect()
-        cyclic = [o for o in gc.garbage if isinstance(o, Votes)]
-    finally:
-        gc.set_debug(0)
-        gc.garbage.clear()
-        gc.enable()
     assert cyclic == []
 
 
