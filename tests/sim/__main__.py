@@ -371,7 +371,7 @@ def _found_again(
         searched = re.search(r"^seed (\S+) FAILED", out, re.MULTILINE)
         if searched is not None:
             out = sim("shrink", searched[1])
-            return searched[1], out.rstrip().rsplit("--keep ", 1)[-1], out
+            return searched[1], out.rstrip().rsplit("--keep", 1)[-1].strip(), out
     return None
 
 
