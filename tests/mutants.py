@@ -146,6 +146,23 @@ MUTANTS = [
     ),
     # The loss deadline and the extension bookkeeping.
     Mutant(
+        "the renewer with no lock held sleeps until a due that has passed (it spins)",
+        "renewal.py",
+        "idle = self._latest_due if self._latest_due > clock() else math.inf",
+        "idle = self._latest_due",
+        ("tests/test_renewal.py::test_locks_taken_one_at_a_time_do_not_wake_the_renewer_each",),
+    ),
+    Mutant(
+        "a lock due before the renewer's sleep ends does not wake it",
+        "renewal.py",
+        "        if renewal.due < self._sleep_until:",
+        "        if False:",
+        (
+            "tests/test_renewal.py::"
+            "test_locks_taken_while_the_renewer_sleeps_with_none_held_are_renewed_in_time",
+        ),
+    ),
+    Mutant(
         "loss deadline checked only between renewal batches (no timer)",
         "renewal.py",
         "self._renewer.deadlines.arm(self, min(self.give_up_at, self.hold_until))",

@@ -276,6 +276,54 @@ async def test_handle_without_async_with_is_renewed_until_release(
     await lock.release()
 
 
+async def test_locks_taken_one_at_a_time_do_not_wake_the_renewer_each(
+    locks: LockManager, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no lock held the renewer sleeps until the latest lock started was due, not
+    for good: each lock of a stream taken one at a time would wake its task (a loop
+    iteration and a task step per lock cycle)."""
+    renewer = seam.engine(locks).renewer
+    lock = locks.lock(name, ttl=10)
+    assert await lock.acquire()  # (the first lock starts the renewer's task)
+    await lock.release()
+    await asyncio.sleep(0.01)
+    woken: list[bool] = []
+    wake = renewer._wake.set
+
+    def counted() -> None:
+        woken.append(True)
+        wake()
+
+    monkeypatch.setattr(renewer._wake, "set", counted)
+    for _ in range(20):
+        lock = locks.lock(name, ttl=10)
+        assert await lock.acquire()
+        await lock.release()
+        await asyncio.sleep(0)
+    assert woken == []
+
+
+async def test_locks_taken_while_the_renewer_sleeps_with_none_held_are_renewed_in_time(
+    locks: LockManager, name: str
+) -> None:
+    """The renewer, with no lock held, sleeps until the latest lock started was due
+    (here 1.3 s on): one taken meanwhile with a shorter ttl, due sooner, wakes it; one
+    with the same ttl is due after that, and renewed when it wakes."""
+    first = locks.lock(f"{name}-first", ttl=4.0)
+    assert await first.acquire()
+    await first.release()
+    await asyncio.sleep(0.1)
+    shorter = locks.lock(f"{name}-shorter", ttl=0.8)
+    same = locks.lock(f"{name}-same", ttl=4.0)
+    assert await shorter.acquire()
+    assert await same.acquire()
+    await asyncio.sleep(2.0)
+    for lock in (shorter, same):
+        assert lock.owned
+        assert lock.lost is None
+        await lock.release()
+
+
 async def test_wait_lost_without_renewal_is_an_error(locks: LockManager, name: str) -> None:
     lock = locks.lock(name, ttl=5, auto_renew=False)
     assert await lock.acquire()
