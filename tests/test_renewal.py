@@ -281,9 +281,9 @@ async def test_locks_taken_one_at_a_time_do_not_wake_the_renewer_each(
 ) -> None:
     """With no lock held the renewer sleeps until the latest lock started was due, not
     for good: each lock of a stream taken one at a time would wake its task (a loop
-    iteration and a task step per lock cycle)."""
+    iteration and a task step per lock cycle). Then, that due passed, for good."""
     renewer = seam.engine(locks).renewer
-    lock = locks.lock(name, ttl=10)
+    lock = locks.lock(name, ttl=0.6)
     assert await lock.acquire()  # (the first lock starts the renewer's task)
     await lock.release()
     await asyncio.sleep(0.01)
@@ -296,11 +296,13 @@ async def test_locks_taken_one_at_a_time_do_not_wake_the_renewer_each(
 
     monkeypatch.setattr(renewer._wake, "set", counted)
     for _ in range(20):
-        lock = locks.lock(name, ttl=10)
+        lock = locks.lock(name, ttl=0.6)
         assert await lock.acquire()
         await lock.release()
         await asyncio.sleep(0)
     assert woken == []
+    await asyncio.sleep(0.4)  # the latest was due 0.2 s after it started
+    assert renewer._sleep_until == math.inf
 
 
 async def test_locks_taken_while_the_renewer_sleeps_with_none_held_are_renewed_in_time(

@@ -30,14 +30,16 @@ async def test_each_deadline_fires_at_its_time_and_a_moved_or_stopped_one_never(
     fired: list[tuple[str, float]] = []
     deadlines = Deadlines(loop.time)
     start = loop.time()
-    a, b, c, d = (Armed(fired, name, loop) for name in "abcd")
+    a, b, c, d, e = (Armed(fired, name, loop) for name in "abcde")
     deadlines.arm(a, start + 0.20)
     deadlines.arm(b, start + 0.05)
     deadlines.arm(c, start + 0.10)
     deadlines.arm(d, start + 0.02)
+    deadlines.arm(e, start + 0.15)
     deadlines.arm(c, start + 0.30)  # moved later: only the new one counts
     deadlines.disarm(d)  # stopped: never
     deadlines.arm(b, start + 0.01)  # moved sooner: the timer follows
+    deadlines.disarm(e)  # stopped, and under the top: never either
     await asyncio.sleep(0.4)
     assert [name for name, _ in fired] == ["b", "a", "c"]
     for (_, at), due in zip(fired, (0.01, 0.20, 0.30), strict=True):
