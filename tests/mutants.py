@@ -148,8 +148,8 @@ MUTANTS = [
     Mutant(
         "the renewer with no lock held sleeps until a due that has passed (it spins)",
         "renewal.py",
-        "idle = self._latest_due if self._latest_due > clock() else math.inf",
-        "idle = self._latest_due",
+        "idle = self._last_due if self._last_due > clock() else math.inf",
+        "idle = self._last_due",
         ("tests/test_renewal.py::test_locks_taken_one_at_a_time_do_not_wake_the_renewer_each",),
     ),
     Mutant(

@@ -279,11 +279,12 @@ async def test_handle_without_async_with_is_renewed_until_release(
 async def test_locks_taken_one_at_a_time_do_not_wake_the_renewer_each(
     locks: LockManager, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With no lock held the renewer sleeps until the latest lock started was due, not
+    """With no lock held the renewer sleeps until the lock started last was due, not
     for good: each lock of a stream taken one at a time would wake its task (a loop
-    iteration and a task step per lock cycle). Then, that due passed, for good."""
+    iteration and a task step per lock cycle). Nor until the latest due of all: after
+    one long lock, each shorter one would. Then, that due passed, for good."""
     renewer = seam.engine(locks).renewer
-    lock = locks.lock(name, ttl=0.6)
+    lock = locks.lock(name, ttl=30)
     assert await lock.acquire()  # (the first lock starts the renewer's task)
     await lock.release()
     await asyncio.sleep(0.01)
@@ -300,15 +301,15 @@ async def test_locks_taken_one_at_a_time_do_not_wake_the_renewer_each(
         assert await lock.acquire()
         await lock.release()
         await asyncio.sleep(0)
-    assert woken == []
-    await asyncio.sleep(0.4)  # the latest was due 0.2 s after it started
+    assert len(woken) <= 1  # (the first of them: due before the long one)
+    await asyncio.sleep(0.4)  # the last was due 0.2 s after it started
     assert renewer._sleep_until == math.inf
 
 
 async def test_locks_taken_while_the_renewer_sleeps_with_none_held_are_renewed_in_time(
     locks: LockManager, name: str
 ) -> None:
-    """The renewer, with no lock held, sleeps until the latest lock started was due
+    """The renewer, with no lock held, sleeps until the lock started last was due
     (here 1.3 s on): one taken meanwhile with a shorter ttl, due sooner, wakes it; one
     with the same ttl is due after that, and renewed when it wakes."""
     first = locks.lock(f"{name}-first", ttl=4.0)

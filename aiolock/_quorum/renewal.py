@@ -301,8 +301,8 @@ class Renewer:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._sleep_until = math.inf
-        #: The latest a renewal started was due: the task's sleep while none is held.
-        self._latest_due = -math.inf
+        #: When the renewal started last was due: the task's sleep while none is held.
+        self._last_due = -math.inf
         self._closed = False
 
     def __len__(self) -> int:
@@ -323,7 +323,7 @@ class Renewer:
         renewal = Renewal(self, hold, self.clock())
         hold.renewal = renewal
         self._renewals[renewal] = None
-        self._latest_due = max(self._latest_due, renewal.due)
+        self._last_due = renewal.due
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run())
         else:
@@ -368,10 +368,11 @@ class Renewer:
                     for renewal in due:
                         renewal.due = min(renewal.due, clock() + 0.05)
                     await anyio.sleep(0.05)
-            # With none held, it sleeps until the latest started was due (then for
-            # good): a lock taken meanwhile, with a ttl no shorter, is due after that
-            # and need not wake the task, as each lock of a steady stream would.
-            idle = self._latest_due if self._latest_due > clock() else math.inf
+            # With none held, it sleeps until the one started last was due (then for
+            # good): a lock taken meanwhile with a ttl no shorter is due after that,
+            # and need not wake the task, as each lock of a steady stream would. (Any
+            # lock due sooner wakes it: see rescheduled.)
+            idle = self._last_due if self._last_due > clock() else math.inf
             self._sleep_until = min((r.due for r in self._renewals), default=idle)
             self._wake.clear()
             delay = self._sleep_until - clock()
