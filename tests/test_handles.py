@@ -17,7 +17,7 @@ import redis.asyncio as redis
 import aiolock
 from aiolock import Handle, LockManager
 
-from .conftest import key
+from .conftest import cycles_of, key
 
 
 def handles(locks: LockManager, name: str) -> dict[str, Handle]:
@@ -73,3 +73,34 @@ async def test_lock_many_reports_a_loss_like_a_lock(
 @pytest.mark.parametrize("public", sorted(set(aiolock.__all__) - {"__version__", "EventKind"}))
 def test_public_classes_report_the_package_as_their_module(public: str) -> None:
     assert getattr(aiolock, public).__module__ == "aiolock"
+
+
+async def test_no_handle_leaves_reference_cycles(urls: list[str], name: str) -> None:
+    """Every kind of handle, taken alone, contended in a process and across managers,
+    and tried in vain: what each cycle made is freed as soon as nothing refers to it,
+    not by the garbage collector (whose full collections a cycle per lock would bring
+    on)."""
+    async with LockManager(urls) as locks, LockManager(urls) as other:
+        held = other.lock(f"{name}-held", ttl=10)
+        assert await held.acquire()
+
+        async def cycles(i: int) -> None:
+            async with locks.lock(f"{name}-{i}", ttl=10):
+                pass
+            async with (locks if i % 2 else other).lock(name, ttl=10, timeout=10):
+                await asyncio.sleep(0)
+            async with locks.semaphore(f"{name}-s", limit=2, ttl=10, timeout=10):
+                await asyncio.sleep(0)
+            rw = locks.rwlock(f"{name}-rw", ttl=10, timeout=10)
+            async with rw.read() if i % 2 else rw.write():
+                await asyncio.sleep(0)
+            assert not await locks.lock(f"{name}-held", ttl=10).acquire(timeout=0)
+
+        await asyncio.gather(*(cycles(i) for i in range(4)))  # (warm)
+        with cycles_of(object) as cyclic:
+            await asyncio.gather(*(cycles(i) for i in range(8)))
+        ours = sorted(
+            {type(o).__qualname__ for o in cyclic if type(o).__module__[:8] == "aiolock."}
+        )
+        await held.release()
+    assert ours == []
