@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final
 
 from .._core.calls import Callback
@@ -28,9 +29,12 @@ def call_with_keys_asked(
     ``args`` is ``(numkeys, *keys, *argv)``; the keys asked for are appended to the keys.
     After :data:`MAX_KEY_ROUNDS` rounds the node counts as "held", holder's ttl unknown.
     """
-    node.call_script(script, args, _Asking(node, script, args, keys_asked, callback))
+    numkeys = int(args[0])
+    keys, argv = args[1 : 1 + numkeys], args[1 + numkeys :]
+    node.call_script(script, args, _Asking(node, script, keys, argv, keys_asked, callback))
 
 
+@dataclass(slots=True)
 class _Asking:
     """One node's replies to ``script``, until one asks for no more keys.
 
@@ -38,20 +42,13 @@ class _Asking:
     take the fan-out's votes with it into a cycle only the garbage collector frees.
     """
 
-    __slots__ = ("argv", "callback", "keys", "keys_asked", "node", "numkeys", "rounds", "script")
-
-    def __init__(
-        self,
-        node: NodeLike,
-        script: Script,
-        args: tuple[bytes, ...],
-        keys_asked: Callable[[Any], tuple[bytes, ...] | None],
-        callback: Callback,
-    ) -> None:
-        self.node, self.script, self.keys_asked, self.callback = node, script, keys_asked, callback
-        self.numkeys = numkeys = int(args[0])
-        self.keys, self.argv = args[1 : 1 + numkeys], args[1 + numkeys :]
-        self.rounds = 0
+    node: NodeLike
+    script: Script
+    keys: tuple[bytes, ...]
+    argv: tuple[bytes, ...]
+    keys_asked: Callable[[Any], tuple[bytes, ...] | None]
+    callback: Callback
+    rounds: int = 0
 
     def __call__(self, reply: Any) -> None:
         rounds = self.rounds
@@ -62,5 +59,5 @@ class _Asking:
             self.callback([0, -2])  # the keys kept changing: held, ttl unknown
         else:
             self.rounds = rounds + 1
-            args = (b"%d" % (self.numkeys + len(more)), *self.keys, *more, *self.argv)
+            args = (b"%d" % (len(self.keys) + len(more)), *self.keys, *more, *self.argv)
             self.node.call_script(self.script, args, self)
