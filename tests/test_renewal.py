@@ -16,12 +16,11 @@ import redis.asyncio as redis
 import aiolock._core.batch
 import aiolock._io.node
 from aiolock import LockLost, LockManager, LockNotOwned, QuorumError
-from aiolock._core.hold import Hold
 from aiolock._quorum.renewal import Renewal
 from aiolock.testing import Server, Servers
 
 from . import seam
-from .conftest import cycles_of, key, renewals_run
+from .conftest import key, renewals_run
 from .faults import Mode, proxies
 
 
@@ -245,24 +244,6 @@ async def test_release_stops_renewal(
     await asyncio.sleep(0.5)
     after = await _commandstat(clients, "pexpire")
     assert after == before
-
-
-async def test_a_released_lock_and_its_renewal_are_no_reference_cycle(
-    locks: LockManager, name: str
-) -> None:
-    """A released auto-renewed lock's hold and renewal are freed as soon as nothing
-    refers to them, not by the garbage collector: a cycle per lock cycle brought on
-    collections, the full ones included."""
-    lock = locks.lock(name, ttl=10)
-    assert await lock.acquire()  # (warm: the manager's first renewal starts its task)
-    await lock.release()
-    with cycles_of(Renewal, Hold) as cyclic:
-        for _ in range(5):
-            lock = locks.lock(name, ttl=10)
-            assert await lock.acquire()
-            await lock.release()
-        del lock
-    assert cyclic == []
 
 
 async def test_handle_without_async_with_is_renewed_until_release(

@@ -18,21 +18,11 @@ import redis.asyncio as redis
 
 from aiolock import Lock, LockLost, LockManager, LockNotOwned, _lua
 from aiolock._io.pubsub import Subscriber
-from aiolock._waiting.queue import Queue
-from aiolock._waiting.turns import TurnEntry
 from aiolock._waiting.waiting import Outcome, Taker
 from aiolock.testing import Server, Servers, command, nemesis, script
 
 from . import seam
-from .conftest import (
-    TurnScripts,
-    count_attempts,
-    cycles_of,
-    elsewhere,
-    key,
-    scripts_run,
-    settled_keys,
-)
+from .conftest import TurnScripts, count_attempts, elsewhere, key, scripts_run, settled_keys
 
 
 async def _calls(clients: list[redis.Redis], leaving_out: TurnScripts | None = None) -> int:
@@ -75,23 +65,6 @@ async def test_release_wakes_waiter_in_another_manager_at_once(urls: list[str], 
         # Far less than the holder's 30 s ttl, which bounds the fallback wait.
         assert time.monotonic() - released_at < 2.0
         await waiter.release()
-
-
-async def test_a_queue_that_empties_leaves_no_reference_cycle(urls: list[str], name: str) -> None:
-    """Tasks of two managers take turns on one name; each time a manager's last
-    waiter leaves, its queue and its entry in the turn queue are freed as soon as
-    nothing refers to them, not by the garbage collector."""
-    async with LockManager(urls) as one, LockManager(urls) as other:
-
-        async def take_turns(turns: int) -> None:
-            for i in range(turns):
-                async with (one if i % 2 else other).lock(name, ttl=10, timeout=10):
-                    await asyncio.sleep(0)
-
-        await asyncio.gather(*(take_turns(2) for _ in range(4)))  # (warm)
-        with cycles_of(Queue, TurnEntry) as cyclic:
-            await asyncio.gather(*(take_turns(6) for _ in range(4)))
-    assert cyclic == []
 
 
 async def test_lost_release_message_costs_at_most_the_holders_ttl(
