@@ -17,6 +17,7 @@ one of these, and nothing else:
 from __future__ import annotations
 
 import asyncio
+import functools
 from typing import TypeVar
 
 import anyio
@@ -29,9 +30,20 @@ _T = TypeVar("_T")
 def shielded(shield: bool = True) -> anyio.CancelScope:
     """A scope whose block runs to its end whatever cancels the caller meanwhile.
 
-    ``shield=False``: an ordinary scope (a loop whose first rounds may be cancelled).
+    ``shield=False``: an ordinary scope (a loop whose first rounds may be cancelled, the
+    body of an ``async with`` that its lock's loss cancels).
     """
-    return anyio.CancelScope(shield=shield)
+    return _scope_class()(shield=shield)
+
+
+@functools.cache
+def _scope_class() -> type[anyio.CancelScope]:
+    """The class of the scopes ``anyio.CancelScope()`` makes on asyncio.
+
+    aiolock runs on asyncio alone. A scope made by its class directly costs half as
+    much: ``anyio.CancelScope()`` looks the running backend up each time.
+    """
+    return type(anyio.CancelScope())
 
 
 async def outlast(task: asyncio.Future[_T]) -> _T:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 import anyio
 
+from .._core.cancel import shielded
 from .._core.checks import check_timeout, shown
 from .._core.errors import LockError, LockLost, LockNotOwned, LockTimeout
 from .._core.votes import Outcome
@@ -235,7 +236,7 @@ class BaseHandle(Configured):
         # entered here and exited in __aexit__, in the same task, around the body.
         renewals = self._renewals() or []
         if renewals:
-            scope = self._scope = anyio.CancelScope()
+            scope = self._scope = shielded(shield=False)
             scope.__enter__()
             for renewal in renewals:
                 renewal.on_lost(scope.cancel)
