@@ -552,7 +552,7 @@ MUTANTS = [
     Mutant(
         "a fan-out's node_timeout counted from before its requests are written",
         "quorum.py",
-        "        if self._soon.holds_nothing():",
+        "        if self._soon.holds_nothing(loop):",
         "        if True:",
         ("tests/test_node_io.py",),
     ),
@@ -1254,7 +1254,8 @@ MUTANTS = [
         "a fan-out's timer set going before its requests are sent",
         "quorum.py",
         "        record, nodes = votes.record, self.nodes\n",
-        "        self._timer.start(votes)\n        record, nodes = votes.record, self.nodes\n",
+        "        self._timer.start(votes, loop)\n"
+        "        record, nodes = votes.record, self.nodes\n",
         (
             "tests/test_node_io.py::"
             "test_a_block_within_a_fan_outs_writes_does_not_eat_its_node_timeout",

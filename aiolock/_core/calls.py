@@ -51,9 +51,9 @@ class Soon:
             loop.call_soon(self._run, due)
         due.append((callback, args))
 
-    def holds_nothing(self) -> bool:
-        """Whether no callback waits to run on the running loop (one given now runs first)."""
-        return not self._due or self._loop is not asyncio.get_running_loop()
+    def holds_nothing(self, loop: asyncio.AbstractEventLoop) -> bool:
+        """Whether no callback waits to run on ``loop`` (one given now would run first)."""
+        return not self._due or self._loop is not loop
 
     def _run(self, due: list[tuple[Callable[..., object], tuple[Any, ...]]]) -> None:
         self.epoch += 1

@@ -114,7 +114,8 @@ class Quorum:
         keys_asked: KeysAsked | None = None,
     ) -> Votes:
         """Run ``script`` with ``args`` on every node (or on ``only``): its votes, decided."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
         votes = Votes(self.n, self.quorum, classify, waiter, early=early, veto=veto)
         indices = range(self.n) if only is None else only
         if only is not None:
@@ -132,7 +133,7 @@ class Quorum:
                 call_with_keys_asked(nodes[i], script, args, keys_asked, callback)
         # Set going after the sends: its start then follows every write they scheduled
         # for this iteration's end (a script's load written at once, its EVALSHA held).
-        timer = self._timer.start(votes)
+        timer = self._timer.start(votes, loop)
         try:
             try:
                 await waiter
@@ -479,19 +480,18 @@ class FanOutTimer:
         #: The loop the timer is armed on (None: not armed).
         self._armed_on: asyncio.AbstractEventLoop | None = None
 
-    def start(self, votes: Votes) -> TimedFanOut:
-        """Time ``votes`` out ``delay`` after the writes scheduled so far."""
+    def start(self, votes: Votes, loop: asyncio.AbstractEventLoop) -> TimedFanOut:
+        """Time ``votes`` out ``delay`` after the writes scheduled so far (on ``loop``)."""
         timed = TimedFanOut(votes)
-        if self._soon.holds_nothing():  # no write held back: they are all written
-            self._stamp(timed)
+        if self._soon.holds_nothing(loop):  # no write held back: they are all written
+            self._stamp(timed, loop)
         else:
-            self._soon(self._stamp, timed)
+            self._soon(self._stamp, timed, loop)
         return timed
 
-    def _stamp(self, timed: TimedFanOut) -> None:
+    def _stamp(self, timed: TimedFanOut, loop: asyncio.AbstractEventLoop) -> None:
         if timed.votes is None:  # decided and cancelled before this ran
             return
-        loop = asyncio.get_running_loop()
         due = self._due
         # Fan-outs decided since leave now, not when the timer next fires (which skips
         # them alike): kept a node_timeout, each would outlive the young garbage
