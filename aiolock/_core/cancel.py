@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import anyio
 
-__all__ = ["join", "outlast", "shielded"]
+__all__ = ["join", "move_on_after", "outlast", "shielded"]
 
 _T = TypeVar("_T")
 
@@ -34,6 +34,11 @@ def shielded(shield: bool = True) -> anyio.CancelScope:
     body of an ``async with`` that its lock's loss cancels).
     """
     return _scope_class()(shield=shield)
+
+
+def move_on_after(seconds: float) -> anyio.CancelScope:
+    """``anyio.move_on_after(seconds)``: a scope that ends its block after ``seconds``."""
+    return _scope_class()(deadline=asyncio.get_running_loop().time() + seconds)
 
 
 @functools.cache

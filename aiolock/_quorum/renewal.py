@@ -40,6 +40,7 @@ from typing import Protocol
 import anyio
 
 from .._core.calls import ignore
+from .._core.cancel import move_on_after
 from .._core.checks import shown
 from .._core.errors import LockLost, LockNotOwned, QuorumError
 from .._core.events import Emit, logger
@@ -377,7 +378,7 @@ class Renewer:
             self._wake.clear()
             delay = self._sleep_until - clock()
             if delay > 0:
-                with anyio.move_on_after(delay):
+                with move_on_after(delay):
                     await self._wake.wait()
 
     async def _renew(self, due: list[Renewal]) -> None:

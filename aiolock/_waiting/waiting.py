@@ -42,6 +42,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 
+from .._core.cancel import move_on_after
 from .._core.keys import grant_channel, release_channel, turn_keys
 from .._core.votes import Attempt, Outcome, Votes
 from .._io.cluster import ClusterNode
@@ -299,7 +300,7 @@ class Waiting:
                 continue
             if act is Act.HOLD_BACK:
                 wait.held_back = True
-                with anyio.move_on_after(seconds):
+                with move_on_after(seconds):
                     await queue.wake.wait()
                 continue
             wait.held_back = False
@@ -350,7 +351,7 @@ class Waiting:
         end = self._clock() + sleep
         while True:
             deaf = queue.deaf()
-            with anyio.move_on_after(min(sleep, FALLBACK) if deaf else sleep):
+            with move_on_after(min(sleep, FALLBACK) if deaf else sleep):
                 await queue.wake.wait()
             sleep = end - self._clock()
             if queue.wake.is_set() or sleep <= 0 or queue.deaf():
