@@ -42,7 +42,7 @@ from typing import Any, Final, Protocol, TypeVar
 
 import anyio
 
-from .._core.cancel import move_on_after
+from .._core.cancel import done_within, move_on_after
 from .._core.keys import grant_channel, release_channel, turn_keys
 from .._core.votes import Attempt, Outcome, Votes
 from .._io.cluster import ClusterNode
@@ -270,9 +270,9 @@ class Waiting:
         """Until the waiter is the head of its queue; False when the deadline came first."""
         turn = wait.turn
         if not turn.done():
-            # asyncio.wait, not a cancel scope (that would cancel the turn itself).
+            # Not in a cancel scope: that would cancel the turn itself.
             left = wait.deadline - self._clock()
-            await asyncio.wait([turn], timeout=None if math.isinf(left) else max(0.0, left))
+            await done_within(turn, None if math.isinf(left) else max(0.0, left))
             if not turn.done():
                 return False
         # Not None: the previous head of ours holds it; its release wakes us.
