@@ -361,8 +361,8 @@ MUTANTS = [
     Mutant(
         "a head that cannot hear a release yet sleeps toward the holder's expiry",
         "waiting.py",
-        "with anyio.move_on_after(min(sleep, FALLBACK) if deaf else sleep):",
-        "with anyio.move_on_after(sleep):",
+        "with move_on_after(min(sleep, FALLBACK) if deaf else sleep):",
+        "with move_on_after(sleep):",
         (
             "tests/test_waiting.py::"
             "test_a_waiter_whose_subscriptions_are_not_confirmed_tries_at_the_fallback",
