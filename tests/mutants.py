@@ -552,8 +552,8 @@ MUTANTS = [
     Mutant(
         "a fan-out's node_timeout counted from before its requests are written",
         "quorum.py",
-        "        if self._soon.holds_nothing(loop):",
-        "        if True:",
+        "self._soon(self._stamp, timed, loop)",
+        "self._stamp(timed, loop)",
         ("tests/test_node_io.py",),
     ),
     # Grants between processes (aiolock/_waiting/grants.py and RELEASE_TURN).

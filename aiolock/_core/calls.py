@@ -28,14 +28,9 @@ class Soon:
     node and per fan-out cost more than the requests did.
     """
 
-    __slots__ = ("_due", "_loop", "epoch")
+    __slots__ = ("_due", "_loop")
 
     def __init__(self) -> None:
-        #: Advanced when a node reads replies and when the handle runs. A node writes
-        #: an epoch's first request at once and holds back its later ones: requests of
-        #: one epoch were sent in one loop iteration, or else are only held back a
-        #: little (until the handle runs); requests of a later epoch were not.
-        self.epoch = 0
         #: The callbacks of the handle now due, on ``_loop`` (a batch that another loop
         #: was left with never runs here: a new one starts).
         self._due: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
@@ -51,12 +46,7 @@ class Soon:
             loop.call_soon(self._run, due)
         due.append((callback, args))
 
-    def holds_nothing(self, loop: asyncio.AbstractEventLoop) -> bool:
-        """Whether no callback waits to run on ``loop`` (one given now would run first)."""
-        return not self._due or self._loop is not loop
-
     def _run(self, due: list[tuple[Callable[..., object], tuple[Any, ...]]]) -> None:
-        self.epoch += 1
         if self._due is due:  # (callbacks given from now on: the next handle's)
             self._due = []
         for callback, args in due:

@@ -120,8 +120,6 @@ class Node(ReplyReader):
         # Requests written in this loop iteration, and the connection they are for.
         self._buffered: list[bytes] | None = None
         self._buffered_for: asyncio.Transport | None = None
-        #: The epoch of the last request written at once (see _write).
-        self._wrote_in = -1
         self._connecting: asyncio.Task[None] | None = None
         self._retry_at = 0.0
         self._backoff = BACKOFF_FIRST
@@ -235,11 +233,9 @@ class Node(ReplyReader):
         self._queued.append((packed, callback, script, args, now + self._request_timeout))
 
     def _write(self, packed: bytes) -> None:
-        # An epoch's first request is written at once (see Soon.epoch); the node's later
-        # ones leave together at the loop iteration's end (Soon), or once
-        # COALESCE_REQUESTS wait. System calls, not bytes, cost: 100 tasks on 100 names
-        # ran 2.4x as many cycles a second. A lone request holds no flush back, which
-        # would cost its fan-out a loop iteration more.
+        # A loop iteration's first request is written at once; the node's later ones
+        # leave together at its end (call_soon), or once COALESCE_REQUESTS wait. System
+        # calls, not bytes, cost: 100 tasks on 100 names ran 2.4x as many cycles a second.
         # The wait counts neither against node_timeout (WriteTimer) nor the watchdog (_flush).
         transport = self._transport
         if transport is None:
@@ -250,13 +246,9 @@ class Node(ReplyReader):
             if len(buffered) >= COALESCE_REQUESTS:
                 self._flush(transport)
             return
-        soon = self._soon
-        if soon.epoch != self._wrote_in:
-            self._wrote_in = soon.epoch
-            transport.write(packed)
-            return
-        self._buffered, self._buffered_for = [packed], transport
-        soon(self._flush, transport)
+        transport.write(packed)
+        self._buffered, self._buffered_for = [], transport
+        self._soon(self._flush, transport)
 
     def _flush(self, transport: asyncio.Transport) -> None:
         buffered = self._buffered
@@ -380,7 +372,6 @@ class Node(ReplyReader):
         reader = self._fed(protocol, data)
         if reader is None:
             return
-        self._soon.epoch += 1
         pending = self._pending
         while True:
             try:

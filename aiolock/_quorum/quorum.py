@@ -462,12 +462,11 @@ class FanOutTimer:
     """The ``node_timeout`` of every fan-out of one quorum, on one loop timer.
 
     A fan-out's time counts from its writes, as a :class:`WriteTimer`'s: :meth:`start`,
-    called after the sends, stamps it at once when no node holds a write back, else by
-    a callback that runs after the writes they scheduled. Every fan-out of a quorum
-    waits the same ``delay``, so their deadlines come in the order they are stamped:
-    they queue, and one loop timer, armed for the oldest, expires what is due. (A timer
-    per fan-out, its heap entry and its cancellation cost a fifth of a one-node lock
-    cycle's client instructions.)
+    called after the sends, stamps it by a callback that runs after the writes they
+    scheduled. Every fan-out of a quorum waits the same ``delay``, so their deadlines
+    come in the order they are stamped: they queue, and one loop timer, armed for the
+    oldest, expires what is due. (A timer per fan-out, its heap entry and its
+    cancellation cost a fifth of a one-node lock cycle's client instructions.)
     """
 
     __slots__ = ("_armed_on", "_delay", "_due", "_names", "_soon")
@@ -483,10 +482,7 @@ class FanOutTimer:
     def start(self, votes: Votes, loop: asyncio.AbstractEventLoop) -> TimedFanOut:
         """Time ``votes`` out ``delay`` after the writes scheduled so far (on ``loop``)."""
         timed = TimedFanOut(votes)
-        if self._soon.holds_nothing(loop):  # no write held back: they are all written
-            self._stamp(timed, loop)
-        else:
-            self._soon(self._stamp, timed, loop)
+        self._soon(self._stamp, timed, loop)
         return timed
 
     def _stamp(self, timed: TimedFanOut, loop: asyncio.AbstractEventLoop) -> None:

@@ -78,16 +78,3 @@ def test_a_batch_left_on_a_loop_that_ended_does_not_hold_back_the_next_loop() ->
 
     asyncio.run(later())
     assert ran == ["on the new loop"]
-
-
-async def test_soon_says_whether_it_holds_a_callback_and_counts_its_runs_as_epochs() -> None:
-    loop = asyncio.get_running_loop()
-    soon = Soon()
-    assert soon.holds_nothing(loop)
-    epoch = soon.epoch
-    soon(lambda: None)
-    assert not soon.holds_nothing(loop)  # (a fan-out started now is stamped after it)
-    assert soon.epoch == epoch  # (a node's writes from now on still join this epoch's)
-    await asyncio.sleep(0)
-    assert soon.holds_nothing(loop)
-    assert soon.epoch == epoch + 1
