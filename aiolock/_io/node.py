@@ -45,6 +45,7 @@ from .protocol import (
     as_connection_error,
     has_set_ifeq,
     pack,
+    pack_evalsha,
     parse_info,
     parse_version,
     unread,
@@ -80,7 +81,7 @@ _last_packed: tuple[object, object, bytes] = (None, None, b"")
 def _pack_evalsha(script: Script, args: tuple[bytes, ...]) -> bytes:
     """``EVALSHA sha *args``, packed and kept as ``_last_packed`` (read by call_script)."""
     global _last_packed  # noqa: PLW0603 - a one-entry cache
-    packed = pack((b"EVALSHA", script.sha, *args))
+    packed = pack_evalsha(script.sha, args)
     _last_packed = (script, args, packed)
     return packed
 
