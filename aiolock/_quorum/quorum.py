@@ -178,9 +178,9 @@ class Quorum:
         token).
         """
         fence_key = fence_key_of(key) if fence_key is None else fence_key
-        retention = b"%d" % milliseconds(fence_retention(ttl))
+        px, retention = _ttl_arguments(ttl)
         args = self._acquire_args(
-            key, fence_key, token, ttl, retention=retention, more=(more_keys, more_args)
+            key, fence_key, token, px, retention=retention, more=(more_keys, more_args)
         )
         start = self.clock()
         try:
@@ -208,14 +208,15 @@ class Quorum:
         key: bytes,
         fence_key: bytes,
         token: bytes,
-        ttl: float,
+        px: bytes,
         *,
         retention: bytes,
         more: tuple[tuple[bytes, ...], tuple[bytes, ...]],
     ) -> tuple[bytes, ...]:
         """An acquire script's arguments (``numkeys``, its keys, then its ARGV).
 
-        ``more``: the keys and the arguments a script takes after the usual ones.
+        ``px`` and ``retention``: see :func:`_ttl_arguments`. ``more``: the keys and the
+        arguments a script takes after the usual ones.
         """
         more_keys, more_args = more
         # The same floor for every node: in the usual case each returns exactly it.
@@ -226,7 +227,7 @@ class Quorum:
             fence_key,
             *more_keys,
             token,
-            b"%d" % milliseconds(ttl),
+            px,
             retention,
             floor,
             *more_args,
@@ -403,6 +404,15 @@ class Quorum:
         return batch
 
 
+@functools.lru_cache(maxsize=256)
+def _ttl_arguments(ttl: float) -> tuple[bytes, bytes]:
+    """An acquire's ``PX`` and its fencing counter's retention, in milliseconds, as arguments.
+
+    Kept for the ttls last used: a service has a few, and every acquire sends both.
+    """
+    return b"%d" % milliseconds(ttl), b"%d" % milliseconds(fence_retention(ttl))
+
+
 def _agreed_fence(votes: Votes) -> int | None:
     """A won attempt's fencing token when its nodes agree, without I/O; else ``None``.
 
@@ -412,9 +422,14 @@ def _agreed_fence(votes: Votes) -> int | None:
     verdicts = votes.verdicts
     if False in verdicts:  # (a node said "held": its counter may lag)
         return None
-    fences = [reply[1] for reply, verdict in zip(votes.replies, verdicts, strict=True) if verdict]
-    fence: int = fences[0]
-    return fence if fences.count(fence) == len(fences) >= votes.quorum else None
+    fence: int | None = None
+    for reply, verdict in zip(votes.replies, verdicts, strict=True):
+        if verdict:
+            if fence is None:
+                fence = reply[1]
+            elif reply[1] != fence:
+                return None
+    return fence if votes.yes >= votes.quorum else None
 
 
 # -- a fan-out's time: node_timeout from its writes; waiting until decided -------
