@@ -340,14 +340,14 @@ class Lock(BaseHandle):
     def _attempt(self, token: bytes) -> Awaitable[Attempt]:
         return self._engine.quorum.acquire(self._key, token, self._ttl)
 
-    async def _release_hold(self, hold: Hold, *, valid: bool) -> Votes | None:
+    def _release_hold(self, hold: Hold, *, valid: bool) -> Awaitable[Votes | None]:
         """Release, or pass a ``valid`` lock to our queue's head (``None``: a lease)."""
         engine = self._engine
         local = engine.released(self._queue_key, valid=valid, pass_on=valid and self._passes_on)
         if not isinstance(local, bool):
-            return await engine.pass_on(hold, local)
+            return engine.pass_on(hold, local)
         engine.forget(hold.token)  # late grants of it are given back now
-        return await self._release_votes(hold.token, local=local)
+        return self._release_votes(hold.token, local=local)
 
     def _release_votes(self, token: bytes, *, local: bool = False) -> Awaitable[Votes]:
         return self._engine.release(self._key, token, local=local)
