@@ -149,17 +149,21 @@ async def test_a_lock_released_from_another_task_frees_the_name_for_its_task(
 async def test_released_names_are_forgotten_by_the_task_bookkeeping(
     locks: LockManager, name: str
 ) -> None:
-    holds = seam.engine(locks).tasks._by_task  # a long-lived task must not accumulate entries
+    held = seam.engine(locks).tasks._held  # a long-lived task must not accumulate entries
     task = asyncio.current_task()
     assert task is not None
+
+    def of_task() -> list[bytes]:
+        return [key for holder, key in held if holder is task]
+
     for i in range(5):
         async with locks.lock(f"{name}-{i}", ttl=10):
-            assert len(holds[task]) == 1
+            assert len(of_task()) == 1
     many = locks.lock_many([f"{name}-a", f"{name}-b"], ttl=10)
     assert await many.acquire()
-    assert len(holds[task]) == 2
+    assert len(of_task()) == 2
     await many.release()
-    assert task not in holds  # (nor the task itself, once it holds nothing)
+    assert not of_task()  # (nor the task itself, once it holds nothing)
 
 
 @pytest.mark.parametrize("call", ["extend", "release"])

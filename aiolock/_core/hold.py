@@ -224,18 +224,17 @@ class TaskHold:
 class TaskHolds:
     """The names each task holds; a task is known only while it holds a name.
 
-    A plain dict, not a ``WeakKeyDictionary``: each entry references its task anyway,
-    and a weak key costs a new weak reference on every lookup (three a lock cycle).
+    One plain dict keyed by task and key: not a ``WeakKeyDictionary`` (each entry
+    references its task anyway, and a weak key costs a new weak reference on every
+    lookup), and not a dict per task (made and dropped on every lock cycle).
     """
 
     def __init__(self) -> None:
-        self._by_task: dict[asyncio.Task[Any], dict[bytes, TaskHold]] = {}
+        self._held: dict[tuple[asyncio.Task[Any] | None, bytes], TaskHold] = {}
 
     def held(self, key: bytes, now: float) -> TaskHold | None:
         """The current task's entry for ``key``, if it still holds it with validity left."""
-        task = asyncio.current_task()
-        holds = self._by_task.get(task) if task is not None else None
-        entry = holds.get(key) if holds is not None else None
+        entry = self._held.get((asyncio.current_task(), key))
         if entry is None or entry.hold.remaining(now) <= 0.0:
             return None  # (a lost or expired one no longer counts)
         return entry
@@ -244,17 +243,11 @@ class TaskHolds:
         """Note that the current task now holds ``key`` (at one level)."""
         task = asyncio.current_task()
         assert task is not None  # noqa: S101 - acquire runs in a task
-        entry = TaskHold(task, key, hold, renewal, reentrant=reentrant)
-        holds = self._by_task.get(task)
-        if holds is None:
-            holds = self._by_task[task] = {}
-        holds[key] = entry
+        entry = self._held[task, key] = TaskHold(task, key, hold, renewal, reentrant=reentrant)
         return entry
 
     def remove(self, entry: TaskHold) -> None:
         """Forget ``entry`` (released, dropped, detached), from whichever task."""
-        holds = self._by_task.get(entry.task)
-        if holds is not None and holds.get(entry.key) is entry:
-            del holds[entry.key]
-            if not holds:
-                del self._by_task[entry.task]
+        held = (entry.task, entry.key)
+        if self._held.get(held) is entry:
+            del self._held[held]
