@@ -176,28 +176,30 @@ class Node(ReplyReader):
 
     def call(self, args: tuple[bytes, ...], callback: Callback) -> None:
         """Send one command; ``callback`` gets the reply or an exception."""
-        self._send(pack(args), callback, None, args)
+        self.call_script(None, args, callback)
 
-    def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None:
+    def call_script(
+        self, script: Script | None, args: tuple[bytes, ...], callback: Callback
+    ) -> None:
         """Run ``script`` with ``args`` (numkeys, keys, argv) via EVALSHA.
 
-        A script not loaded on this connection yet is loaded first, on the same
-        ordered connection: an EVALSHA answered NOSCRIPT and retried with EVAL would
-        run after the requests written behind it (a release after the next attempt).
+        ``None``: ``args`` are a whole command (:meth:`call`). A script not loaded on
+        this connection yet is loaded first, on the same ordered connection: an
+        EVALSHA answered NOSCRIPT and retried with EVAL would run after the requests
+        written behind it (a release after the next attempt).
         """
-        if script.sha not in self._loaded:
-            self._loaded.add(script.sha)
-            if self._transport is None:  # (loaded first on connect: else NOSCRIPT)
-                self._loads_due.append(script)
-            load = (b"SCRIPT", b"LOAD", script.source)
-            self._send(pack(load), ignore, None, load)
-        last = _last_packed  # (a fan-out's requests are packed once, for every node)
-        packed = last[2] if last[1] is args and last[0] is script else _pack_evalsha(script, args)
-        self._send(packed, callback, script, args)
-
-    def _send(
-        self, packed: bytes, callback: Callback, script: Script | None, args: tuple[bytes, ...]
-    ) -> None:
+        if script is None:
+            packed = pack(args)
+        else:
+            if script.sha not in self._loaded:
+                self._loaded.add(script.sha)
+                if self._transport is None:  # (loaded first on connect: else NOSCRIPT)
+                    self._loads_due.append(script)
+                self.call((b"SCRIPT", b"LOAD", script.source), ignore)
+            last = _last_packed  # (a fan-out's requests are packed once, for every node)
+            packed = (
+                last[2] if last[1] is args and last[0] is script else _pack_evalsha(script, args)
+            )
         if self._refused is not None:
             callback(self._refused)
             return

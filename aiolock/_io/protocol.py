@@ -250,7 +250,7 @@ def parse_version(text: str) -> tuple[int, ...] | None:
 def unread(transport: asyncio.BaseTransport) -> bool:
     """Whether the connection's socket holds data not read yet (it reads none).
 
-    Replies wait there while our loop is blocked: the node is not silent (Node._send).
+    Replies wait there while our loop is blocked: the node is not silent (Node.call_script).
     """
     sock = transport.get_extra_info("socket")
     try:

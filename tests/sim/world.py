@@ -587,7 +587,7 @@ class Link:
         iteration). Every write since the silence is one no reply will come for, so
         by then the oldest request had waited longer than the watchdog, with nothing
         to read: the library resets the connection before it writes again
-        (``Node._send``), and later requests go out on a new one."""
+        (``Node.call_script``), and later requests go out on a new one."""
         world = self.world
         now = world.now
         if self.silent_write is None:
