@@ -1199,8 +1199,8 @@ MUTANTS = [
     Mutant(
         "a script first used while the node is down counts as loaded on its next connection",
         "node.py",
-        "                self._loads_due.append(script)\n",
-        "                pass\n",
+        "            self._loads_due.append(script)\n",
+        "            pass\n",
         (
             "tests/test_node_io.py::"
             "test_a_script_first_used_while_the_node_is_down_still_runs_in_order",

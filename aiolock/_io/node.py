@@ -78,14 +78,6 @@ _Queued = tuple[bytes, Callback, Script | None, tuple[bytes, ...], float]
 _last_packed: tuple[object, object, bytes] = (None, None, b"")
 
 
-def _pack_evalsha(script: Script, args: tuple[bytes, ...]) -> bytes:
-    """``EVALSHA sha *args``, packed and kept as ``_last_packed`` (read by call_script)."""
-    global _last_packed  # noqa: PLW0603 - a one-entry cache
-    packed = pack_evalsha(script.sha, args)
-    _last_packed = (script, args, packed)
-    return packed
-
-
 class Node(ReplyReader):
     """A connection to one Redis node with pipelined, callback-based requests.
 
@@ -188,18 +180,18 @@ class Node(ReplyReader):
         EVALSHA answered NOSCRIPT and retried with EVAL would run after the requests
         written behind it (a release after the next attempt).
         """
+        global _last_packed  # noqa: PLW0603 - a one-entry cache
         if script is None:
             packed = pack(args)
         else:
             if script.sha not in self._loaded:
-                self._loaded.add(script.sha)
-                if self._transport is None:  # (loaded first on connect: else NOSCRIPT)
-                    self._loads_due.append(script)
-                self.call((b"SCRIPT", b"LOAD", script.source), ignore)
+                self._load(script)
             last = _last_packed  # (a fan-out's requests are packed once, for every node)
-            packed = (
-                last[2] if last[1] is args and last[0] is script else _pack_evalsha(script, args)
-            )
+            if last[1] is args and last[0] is script:
+                packed = last[2]
+            else:
+                packed = pack_evalsha(script.sha, args)
+                _last_packed = (script, args, packed)
         if self._refused is not None:
             callback(self._refused)
             return
@@ -234,6 +226,13 @@ class Node(ReplyReader):
                 return
             self._connecting = asyncio.get_running_loop().create_task(self._connect())
         self._queued.append((packed, callback, script, args, now + self._request_timeout))
+
+    def _load(self, script: Script) -> None:
+        """Load ``script``, first used on this connection, ahead of its first EVALSHA."""
+        self._loaded.add(script.sha)
+        if self._transport is None:  # (loaded first on connect: else NOSCRIPT)
+            self._loads_due.append(script)
+        self.call((b"SCRIPT", b"LOAD", script.source), ignore)
 
     def _write(self, packed: bytes) -> None:
         # A loop iteration's first request is written at once; the node's later ones
