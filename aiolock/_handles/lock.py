@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import functools
-import secrets
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
+from .._core import tokens
 from .._core.checks import shown
 from .._core.errors import LockLost, LockNotOwned, QuorumError
 from .._core.hold import Hold, Renewing, TaskHold
@@ -18,9 +18,6 @@ if TYPE_CHECKING:
     from .._engine import Engine
 
 __all__ = ["Lock"]
-
-#: Token size in bytes: 160 bits from ``secrets``, unguessable and never logged.
-TOKEN_BYTES: Final = 20
 
 
 class Lock(BaseHandle):
@@ -139,7 +136,7 @@ class Lock(BaseHandle):
                     "acquiring it again would wait for itself (reentrant=True on both "
                     "handles shares the acquisition instead)"
                 )
-        token = secrets.token_bytes(TOKEN_BYTES)
+        token = tokens.new_token()
         attempt = await self._wait_for(
             functools.partial(self._attempt, token),
             wait,
@@ -305,7 +302,7 @@ class Lock(BaseHandle):
         engine = self._engine
         if engine.closed or not engine.connected:
             await engine.open()
-        token = secrets.token_bytes(TOKEN_BYTES)
+        token = tokens.new_token()
         start = engine.clock()
         votes, expires_at = await engine.hand_over(self._key, ticket.token, self._ttl, token)
         if expires_at is not None:

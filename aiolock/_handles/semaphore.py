@@ -23,17 +23,17 @@ slot's release announces on it), or when the first noted holder's ttl runs out.
 from __future__ import annotations
 
 import random
-import secrets
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from .._core import tokens
 from .._core.checks import shown
 from .._core.errors import LockNotOwned, QuorumError
 from .._core.keys import release_channel, semaphore_index, slot_key
 from .._lua import NOT_FREE, SEM_ACQUIRE_SCRIPT, SEM_CHECKS, SEM_RELEASE_SCRIPT
 from .base import BaseHandle
-from .lock import TOKEN_BYTES, Lock
+from .lock import Lock
 
 if TYPE_CHECKING:
     from .._core.errors import LockLost
@@ -207,7 +207,7 @@ class Semaphore(BaseHandle):
 
     async def _round(self) -> _Round:
         quorum = self._engine.quorum
-        token = secrets.token_bytes(TOKEN_BYTES)
+        token = tokens.new_token()
         slot, checks = random.randrange(self._limit), list[int]()
         wait: float | None = None
         for attempts in range(1, MAX_ATTEMPTS + 1):

@@ -46,6 +46,7 @@ from unittest import mock
 
 import hiredis
 
+from aiolock._core import tokens
 from aiolock._lua import (
     EXTEND_MANY_SCRIPT,
     RELEASE_EITHER_SCRIPT,
@@ -1589,7 +1590,7 @@ def virtual_process(world: World, seed: int) -> Iterator[None]:
 
     ``time.monotonic``/``time.time`` read the virtual clock (``time.time`` off by the
     running process's skew, if the world gives it one); the ``random`` module, the
-    ``secrets`` tokens and ``os.urandom`` draw from the run's seed; ``select.poll``
+    ``secrets`` tokens, lock tokens and ``os.urandom`` draw from the run's seed; ``select.poll``
     answers for the simulated sockets (:class:`SimPoll`). Restored after.
     """
     rng = random.Random(f"lib-{seed}")
@@ -1613,6 +1614,7 @@ def virtual_process(world: World, seed: int) -> Iterator[None]:
             (time, "time_ns", lambda: int(wall() * 1e9)),
             (os, "urandom", urandom),
             (secrets, "token_bytes", token_bytes),
+            (tokens, "new_token", lambda: token_bytes(tokens.TOKEN_BYTES)),
         ):
             patched.enter_context(mock.patch.object(module, name, value))
         random.seed(f"lib-random-{seed}")
