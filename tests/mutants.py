@@ -1189,8 +1189,8 @@ MUTANTS = [
     Mutant(
         "the stall watchdog times a request from its send, though a block kept it unwritten",
         "node.py",
-        "                pending[i] = (callback, script, args, now)\n",
-        "                pending[i] = (callback, script, args, _sent)\n",
+        "                pending[i] = (callback, script, args, now, index)\n",
+        "                pending[i] = (callback, script, args, _sent, index)\n",
         (
             "tests/test_node_io.py::"
             "test_a_request_kept_in_the_write_buffer_through_a_block_is_timed_from_its_write",

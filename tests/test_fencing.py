@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import random
 import secrets
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from aiolock import LockManager
-from aiolock._io.node import Callback
+from aiolock._core.calls import Callback, Record
 from aiolock._lua import (
     ACQUIRE_SCRIPT,
     EXTEND_SCRIPT,
@@ -70,6 +71,11 @@ class ModelNode:
             loop.call_soon(callback, ConnectionError(f"{self.name} is down"))
             return
         loop.call_soon(callback, self._run(script, args))
+
+    def call_for_vote(
+        self, script: Script, args: tuple[bytes, ...], record: Record, index: int
+    ) -> None:
+        self.call_script(script, args, functools.partial(record, index))
 
     def _run(self, script: Script, args: tuple[bytes, ...]) -> Any:
         if script is ACQUIRE_SCRIPT:

@@ -9,10 +9,12 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["Callback", "Soon", "ignore"]
+__all__ = ["Callback", "Record", "Soon", "ignore"]
 
 #: Called once with a request's reply, or with the exception that ended it.
 Callback = Callable[[Any], None]
+#: A fan-out's one callback for all its nodes: called with a node's index and its reply.
+Record = Callable[[int, Any], None]
 
 
 def ignore(_reply: Any) -> None:

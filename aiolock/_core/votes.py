@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from .._lua import Script
-from .calls import Callback
+from .calls import Callback, Record
 
 __all__ = [
     "DRIFT_FLOOR",
@@ -44,6 +44,11 @@ class NodeLike(Protocol):
     def call(self, args: tuple[bytes, ...], callback: Callback) -> None: ...
 
     def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None: ...
+
+    def call_for_vote(
+        self, script: Script, args: tuple[bytes, ...], record: Record, index: int
+    ) -> None:
+        """``call_script``, whose reply goes to ``record(index, reply)``."""
 
     #: Whether the server has ``SET ... IFEQ`` (see :meth:`Quorum.extend_many`).
     set_ifeq: bool

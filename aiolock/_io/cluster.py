@@ -44,7 +44,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from .._core.calls import Callback, Soon, ignore
+from .._core.calls import Callback, Record, Soon, ignore
 from .._core.cancel import join
 from .._lua import Script
 from .node import Node
@@ -137,6 +137,12 @@ class ClusterNode:
         """Send one command whose first argument after the name is its key."""
         slot = key_slot(args[1]) if len(args) > 1 else 0
         self._dispatch(_Request(slot, None, args, callback), may_hold=True)
+
+    def call_for_vote(
+        self, script: Script, args: tuple[bytes, ...], record: Record, index: int
+    ) -> None:
+        """:meth:`call_script`, whose reply goes to ``record(index, reply)``."""
+        self.call_script(script, args, functools.partial(record, index))
 
     def call_script(self, script: Script, args: tuple[bytes, ...], callback: Callback) -> None:
         """Run ``script`` on the master of its keys' slot (split by slot if it may be)."""

@@ -126,11 +126,12 @@ class Quorum:
                     votes.record(i, others)
         record, nodes = votes.record, self.nodes
         for i in indices:
-            callback = functools.partial(record, i)
             if keys_asked is None:
-                nodes[i].call_script(script, args, callback)
+                nodes[i].call_for_vote(script, args, record, i)
             else:
-                call_with_keys_asked(nodes[i], script, args, keys_asked, callback)
+                call_with_keys_asked(
+                    nodes[i], script, args, keys_asked, functools.partial(record, i)
+                )
         # Set going after the sends: its start then follows every write they scheduled
         # for this iteration's end (a script's load written at once, its EVALSHA held).
         timer = self._timer.start(votes, loop)

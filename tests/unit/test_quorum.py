@@ -6,6 +6,7 @@ Pure logic only: every test that touches Redis runs on real servers elsewhere.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -14,8 +15,8 @@ import anyio
 import pytest
 
 from aiolock._core.batch import BATCH_BYTES, batch_chunks
+from aiolock._core.calls import Callback, Record
 from aiolock._core.votes import DRIFT_FLOOR, Votes, drift, quorum_size
-from aiolock._io.node import Callback
 from aiolock._lua import ACQUIRE_SCRIPT, RAISE_FENCE_SCRIPT, RELEASE_SCRIPT, Script
 from aiolock._quorum.keys_asked import MAX_KEY_ROUNDS
 from aiolock._quorum.quorum import Quorum
@@ -80,6 +81,11 @@ class FakeNode:
                 loop.call_later(self.delay, self._answer, callback, self.released)
             return
         self.call((b"EVALSHA", script.sha, *args), callback)
+
+    def call_for_vote(
+        self, script: Script, args: tuple[bytes, ...], record: Record, index: int
+    ) -> None:
+        self.call_script(script, args, functools.partial(record, index))
 
     def scripts(self) -> list[str]:
         names = {ACQUIRE_SCRIPT.sha: "acquire", RELEASE_SCRIPT.sha: "release"}
