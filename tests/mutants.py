@@ -552,8 +552,8 @@ MUTANTS = [
     Mutant(
         "a fan-out's node_timeout counted from before its requests are written",
         "quorum.py",
-        "self._soon(self._stamp, timed, loop)",
-        "self._stamp(timed, loop)",
+        "self._soon(self._stamp, fresh, loop)",
+        "self._stamp(fresh, loop)",
         ("tests/test_node_io.py",),
     ),
     # Grants between processes (aiolock/_waiting/grants.py and RELEASE_TURN).

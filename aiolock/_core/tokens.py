@@ -28,5 +28,7 @@ def new_token() -> bytes:
         return _drawn.pop()
     except IndexError:
         data = os.urandom(TOKEN_BYTES * BATCH)
-        _drawn.extend(data[i : i + TOKEN_BYTES] for i in range(TOKEN_BYTES, len(data), TOKEN_BYTES))
+        _drawn.extend(
+            [data[i : i + TOKEN_BYTES] for i in range(TOKEN_BYTES, len(data), TOKEN_BYTES)]
+        )
         return data[:TOKEN_BYTES]

@@ -478,15 +478,16 @@ class WriteTimer:
 class FanOutTimer:
     """The ``node_timeout`` of every fan-out of one quorum, on one loop timer.
 
-    A fan-out's time counts from its writes, as a :class:`WriteTimer`'s: :meth:`start`,
-    called after the sends, stamps it by a callback that runs after the writes they
-    scheduled. Every fan-out of a quorum waits the same ``delay``, so their deadlines
-    come in the order they are stamped: they queue, and one loop timer, armed for the
-    oldest, expires what is due. (A timer per fan-out, its heap entry and its
-    cancellation cost a fifth of a one-node lock cycle's client instructions.)
+    A fan-out's time counts from its writes, as a :class:`WriteTimer`'s: the fan-outs
+    started in a loop iteration are stamped together by one callback, run after the
+    writes they scheduled (:class:`Soon`'s, given with the iteration's first). Every
+    fan-out of a quorum waits the same ``delay``, so their deadlines come in the order
+    they are stamped: they queue, and one loop timer, armed for the oldest, expires what
+    is due. (A timer per fan-out, its heap entry and its cancellation cost a fifth of a
+    one-node lock cycle's client instructions.)
     """
 
-    __slots__ = ("_armed_on", "_delay", "_due", "_names", "_soon")
+    __slots__ = ("_armed_on", "_delay", "_due", "_fresh", "_fresh_on", "_names", "_soon")
 
     def __init__(self, delay: float, names: Sequence[str], soon: Soon | None = None) -> None:
         self._delay = delay
@@ -495,26 +496,38 @@ class FanOutTimer:
         self._due: deque[tuple[float, TimedFanOut]] = deque()
         #: The loop the timer is armed on (None: not armed).
         self._armed_on: asyncio.AbstractEventLoop | None = None
+        #: The fan-outs started on ``_fresh_on`` that its next stamp times.
+        self._fresh: list[TimedFanOut] = []
+        self._fresh_on: asyncio.AbstractEventLoop | None = None
 
     def start(self, votes: Votes, loop: asyncio.AbstractEventLoop) -> TimedFanOut:
         """Time ``votes`` out ``delay`` after the writes scheduled so far (on ``loop``)."""
         timed = TimedFanOut(votes)
-        self._soon(self._stamp, timed, loop)
+        fresh = self._fresh
+        if fresh and self._fresh_on is loop:  # (its stamp runs after these writes too)
+            fresh.append(timed)
+            return timed
+        fresh = self._fresh = [timed]
+        self._fresh_on = loop
+        self._soon(self._stamp, fresh, loop)
         return timed
 
-    def _stamp(self, timed: TimedFanOut, loop: asyncio.AbstractEventLoop) -> None:
-        if timed.votes is None:  # decided and cancelled before this ran
-            return
+    def _stamp(self, fresh: list[TimedFanOut], loop: asyncio.AbstractEventLoop) -> None:
+        if self._fresh is fresh:  # (fan-outs started from now on: the next stamp's)
+            self._fresh = []
         due = self._due
         # Fan-outs decided since leave now, not when the timer next fires (which skips
         # them alike): kept a node_timeout, each would outlive the young garbage
         # collections, and bring on the full ones (a full one costs milliseconds).
         while due and due[0][1].votes is None:
             due.popleft()
-        due.append((loop.time() + self._delay, timed))
-        if self._armed_on is not loop:
+        deadline = loop.time() + self._delay
+        for timed in fresh:
+            if timed.votes is not None:  # (else decided and cancelled before this ran)
+                due.append((deadline, timed))
+        if due and self._armed_on is not loop:
             self._armed_on = loop
-            loop.call_at(self._due[0][0], self._fire)
+            loop.call_at(due[0][0], self._fire)
 
     def _fire(self) -> None:
         loop = asyncio.get_running_loop()
