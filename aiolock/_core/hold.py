@@ -230,19 +230,25 @@ class TaskHolds:
     """
 
     def __init__(self) -> None:
-        self._held: dict[tuple[asyncio.Task[Any] | None, bytes], TaskHold] = {}
+        self._held: dict[tuple[asyncio.Task[Any], bytes], TaskHold] = {}
 
-    def held(self, key: bytes, now: float) -> TaskHold | None:
-        """The current task's entry for ``key``, if it still holds it with validity left."""
-        entry = self._held.get((asyncio.current_task(), key))
+    def held(self, task: asyncio.Task[Any], key: bytes, now: float) -> TaskHold | None:
+        """``task``'s entry for ``key``, if it still holds it with validity left."""
+        entry = self._held.get((task, key))
         if entry is None or entry.hold.remaining(now) <= 0.0:
             return None  # (a lost or expired one no longer counts)
         return entry
 
-    def add(self, key: bytes, hold: Hold, renewal: Renewing | None, *, reentrant: bool) -> TaskHold:
-        """Note that the current task now holds ``key`` (at one level)."""
-        task = asyncio.current_task()
-        assert task is not None  # noqa: S101 - acquire runs in a task
+    def add(
+        self,
+        task: asyncio.Task[Any],
+        key: bytes,
+        hold: Hold,
+        renewal: Renewing | None,
+        *,
+        reentrant: bool,
+    ) -> TaskHold:
+        """Note that ``task`` now holds ``key`` (at one level)."""
         entry = self._held[task, key] = TaskHold(task, key, hold, renewal, reentrant=reentrant)
         return entry
 

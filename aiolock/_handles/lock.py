@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .._core import tokens
 from .._core.checks import shown
@@ -124,8 +125,9 @@ class Lock(BaseHandle):
             self._engine.forget(self._hold.token)
             self._disown()  # expired or lost, not released: forget it
         engine = self._engine
-        if self._task_bound:
-            entry = engine.tasks.held(self._key, engine.clock())
+        task = asyncio.current_task() if self._task_bound else None
+        if task is not None:
+            entry = engine.tasks.held(task, self._key, engine.clock())
             if entry is not None:
                 if self._reentrant and entry.reentrant:
                     entry.levels += 1  # one more level of the same acquisition: no I/O
@@ -149,12 +151,24 @@ class Lock(BaseHandle):
             return False
         assert attempt.expires_at is not None  # noqa: S101
         # A lease's token is the key's, as its holder took it (see _waiting/lease.py).
-        hold = self._own(attempt.token or token, attempt.fence, attempt.start, attempt.expires_at)
+        hold = self._own(
+            attempt.token or token, attempt.fence, attempt.start, attempt.expires_at, task
+        )
         hold.reserve = attempt.reserve or hold.reserve  # fencing tokens for leases after us
         return True
 
-    def _own(self, token: bytes, fence: int | None, valid_from: float, expires_at: float) -> Hold:
-        """Hold the key with ``token`` (acquired, or attached): renew it, note the task."""
+    def _own(
+        self,
+        token: bytes,
+        fence: int | None,
+        valid_from: float,
+        expires_at: float,
+        task: asyncio.Task[Any] | None = None,
+    ) -> Hold:
+        """Hold the key with ``token`` (acquired, or attached): renew it, note the task.
+
+        ``task``: the current task, when the caller has it at hand.
+        """
         engine = self._engine
         hold = self._hold = Hold(
             self._name,
@@ -170,8 +184,10 @@ class Lock(BaseHandle):
         )
         self._renewal = engine.renewer.start(hold) if self._auto_renew else None
         if self._task_bound:
+            task = task or asyncio.current_task()
+            assert task is not None  # noqa: S101 - acquire runs in a task
             self._entry = engine.tasks.add(
-                self._key, hold, self._renewal, reentrant=self._reentrant
+                task, self._key, hold, self._renewal, reentrant=self._reentrant
             )
         return hold
 
