@@ -239,17 +239,9 @@ class TaskHolds:
             return None  # (a lost or expired one no longer counts)
         return entry
 
-    def add(
-        self,
-        task: asyncio.Task[Any],
-        key: bytes,
-        hold: Hold,
-        renewal: Renewing | None,
-        *,
-        reentrant: bool,
-    ) -> TaskHold:
-        """Note that ``task`` now holds ``key`` (at one level)."""
-        entry = self._held[task, key] = TaskHold(task, key, hold, renewal, reentrant=reentrant)
+    def add(self, entry: TaskHold) -> TaskHold:
+        """Note that ``entry``'s task now holds its key (at one level)."""
+        self._held[entry.task, entry.key] = entry
         return entry
 
     def remove(self, entry: TaskHold) -> None:

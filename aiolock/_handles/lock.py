@@ -187,7 +187,7 @@ class Lock(BaseHandle):
             task = task or asyncio.current_task()
             assert task is not None  # noqa: S101 - acquire runs in a task
             self._entry = engine.tasks.add(
-                task, self._key, hold, self._renewal, reentrant=self._reentrant
+                TaskHold(task, self._key, hold, self._renewal, reentrant=self._reentrant)
             )
         return hold
 
