@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 
 from aiolock import LockManager
 from aiolock._io.node import MIN_STALL_TIMEOUT, Node
@@ -396,3 +397,43 @@ async def test_connections_tell_the_servers_they_are_aiolocks_reading_versions_o
     assert len(ours) >= 2, listed  # (each manager's commands; the waiter's pub/sub too)
     name = f"redis-py(aiolock_v{version('aiolock-redis')})"
     assert {(c["lib-name"], c["lib-ver"]) for c in ours} == {(name, version("redis"))}
+
+
+async def test_a_fan_outs_callback_gets_its_node_index_however_its_request_ends(
+    urls: list[str], name: str
+) -> None:
+    # A fan-out gives every node one callback and the node's index (Node.call_for_vote):
+    # a reply, and every failure instead of one, must come with that index.
+    script = Script(b"return 1 -- " + name.encode())
+    got: list[tuple[int, Any]] = []
+
+    def record(index: int, reply: Any) -> None:
+        got.append((index, reply))
+
+    async def ended(node: Node, index: int) -> Any:
+        before = len(got)
+        node.call_for_vote(script, (b"0",), record, index)
+        for _ in range(200):
+            if len(got) > before:
+                break
+            await asyncio.sleep(0.01)
+        assert [i for i, _ in got[before:]] == [index]
+        return got[before][1]
+
+    async with LockManager(urls[:1], restart_grace=0) as locks:
+        node = await _connected(locks)
+        assert await ended(node, 3) == 1  # a reply
+        node.refuse(ConnectionError("the same server as another"))
+        assert isinstance(await ended(node, 4), ConnectionError)  # refused
+        node.refuse(None)
+        before = len(got)
+        node.call_for_vote(script, (b"0",), record, 5)
+        node._reset(ConnectionError("lost"))  # a reset with the request in flight
+        assert got[before:] == [(5, got[before][1])]
+        assert isinstance(got[before][1], ConnectionError)
+        node._retry_at = time.monotonic() + 5  # a failed reconnect's back-off
+        assert isinstance(await ended(node, 6), ConnectionError)
+    assert isinstance(await ended(node, 7), RedisConnectionError)  # the manager closed
+    down = Node("redis://127.0.0.1:1", request_timeout=1.0)  # nothing listens there
+    assert isinstance(await ended(down, 8), RedisConnectionError)  # a connect that failed
+    await down.aclose()
