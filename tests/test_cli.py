@@ -13,6 +13,7 @@ import pytest
 import redis.asyncio as redis
 
 from aiolock import LockManager, QuorumError
+from aiolock._bench.floor import Floor
 
 from .conftest import key
 
@@ -121,6 +122,17 @@ def test_bench_prints_figures_as_json() -> None:
     for cycle, floor in (("cycle1", "floor1"), ("cycle5", "floor5")):
         both = figures[f"{cycle} acquire+release"], figures[f"{floor} (2 PING fan-outs)"]
         assert both[0]["floor_ratio"] == pytest.approx(both[0]["median_us"] / both[1]["median_us"])
+    # And to the same round trips carrying its scripts (the client's share), which are
+    # given as a ratio to the floor (the servers' share).
+    for n in (1, 5):
+        cycle, floor = figures[f"cycle{n} acquire+release"], figures[f"floor{n} (2 PING fan-outs)"]
+        scripts = figures[f"scripts{n} (2 script fan-outs)"]
+        assert cycle["scripts_ratio"] == pytest.approx(cycle["median_us"] / scripts["median_us"])
+        assert scripts["floor_ratio"] == pytest.approx(scripts["median_us"] / floor["median_us"])
+    hung = figures["cycle5, 1 node hung"]
+    assert hung["scripts_ratio"] == pytest.approx(
+        hung["median_us"] / figures["scripts5 (2 script fan-outs)"]["median_us"]
+    )
     cpu = {f["name"]: f for f in report["cpu"]}
     assert set(cpu) == {"redis-py Lock, 1 node", "aiolock, 1 node", "aiolock, 5 nodes"}
     assert all(f["client_us"] > 0 and f["server_us"] > 0 and f["cycles"] > 0 for f in cpu.values())
@@ -215,3 +227,26 @@ def test_bench_compares_with_a_baseline_checkout() -> None:
     bad = run("bench", "--baseline", "/nonexistent-dir-of-aiolock", "--contention-seconds", "0.1")
     assert bad.returncode != 0
     assert "neither a checkout nor a Python interpreter" in bad.stderr
+
+
+async def test_the_floor_of_a_cycle_with_its_scripts_runs_them_and_checks_their_replies(
+    urls: list[str], clients: list[redis.Redis]
+) -> None:
+    for client in clients:
+        await client.script_flush()
+    floor = await Floor.open(urls)
+    try:
+        with pytest.raises(RuntimeError, match="NOSCRIPT"):
+            await floor.scripts("floor-test")  # (not loaded yet: an error costs less)
+        await floor.load_scripts()
+        for _ in range(3):
+            await floor.scripts("floor-test", ttl=5)
+        await floor.majority(b"*1\r\n$4\r\nPING\r\n", lambda reply: reply == b"PONG")
+        await floor.fan_out()  # (every node has answered everything before it)
+    finally:
+        floor.close()
+    for client in clients:
+        # Acquired with a fencing token and released, three times, as a lock cycle does.
+        assert await client.exists(key("floor-test")) == 0
+        assert int(await client.get(key("floor-test") + ":fence")) > 0
+        assert 0 < await client.pttl(key("floor-test") + ":fence") <= 3_600_000

@@ -21,8 +21,9 @@ from ..testing import redis_servers
 class Figure:
     """One measured latency: median and p99 in microseconds, and its ratios.
 
-    ``ratio`` is to PING; ``floor_ratio``, for a lock cycle, to the floor of the same
-    round trips (floor.py).
+    ``ratio`` is to PING; ``floor_ratio``, for a lock cycle (and the floor with its
+    scripts), to the floor of the same round trips; ``scripts_ratio``, for a lock cycle,
+    to the same round trips carrying its scripts: what the client adds (floor.py).
     """
 
     name: str
@@ -31,6 +32,7 @@ class Figure:
     p99_us: float
     ratio: float = 0.0
     floor_ratio: float | None = None
+    scripts_ratio: float | None = None
 
     def row(self) -> str:
         """A table row."""
@@ -38,6 +40,7 @@ class Figure:
             f"{self.name:<28} {self.samples:>7} {self.median_us:>10.1f} {self.p99_us:>10.1f}"
             f" {self.ratio:>8.2f}"
             + (f" {self.floor_ratio:>8.2f}" if self.floor_ratio is not None else "")
+            + (f" {self.scripts_ratio:>9.2f}" if self.scripts_ratio is not None else "")
         )
 
 
@@ -86,7 +89,7 @@ def format_table(figures: Sequence[Figure]) -> str:
     """The figures as a text table, with the machine described."""
     head = (
         f"{'figure':<28} {'samples':>7} {'median µs':>10} {'p99 µs':>10} {'x ping':>8}"
-        f" {'x floor':>8}"
+        f" {'x floor':>8} {'x scripts':>9}"
     )
     loop = "uvloop" if os.environ.get(UVLOOP_ENV) == "1" else "asyncio"
     machine = (

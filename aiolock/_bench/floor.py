@@ -7,7 +7,11 @@ no parser beyond counting reply lines, no tasks. Every latency figure of ``bench
 also given as a ratio to it, measured in the same interleaved rounds, so that what is
 left to win is in the figure itself.
 
-The floor of a handoff between processes (:meth:`Floor.handoff`) is one PUBLISH heard
+The same round trips carrying a cycle's two scripts (:meth:`Floor.scripts`) are the
+floor *given the server's work*: the ratio of a cycle to it is what the client adds, and
+its own ratio to the PING floor what the scripts cost the servers.
+
+The floor of a handoff between processes (:meth:`Floor.handoffs`) is one PUBLISH heard
 by another connection, then one script fan-out: the least a waiter told of a release
 does to take the lock.
 """
@@ -18,11 +22,16 @@ import asyncio
 import collections
 import hashlib
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import hiredis
 from redis.asyncio.connection import parse_url
+
+from .._core.keys import fence_key, fence_retention, lock_key, turn_keys
+from .._core.tokens import new_token
+from .._core.votes import milliseconds
+from .._lua import ACQUIRE_SCRIPT, RELEASE_TURN_SCRIPT
 
 __all__ = ["Floor"]
 
@@ -40,15 +49,23 @@ _NOOP = b"return 1"
 _NOOP_SHA = hashlib.sha1(_NOOP).hexdigest().encode()  # noqa: S324 - Redis's script id
 
 
+def _taken(reply: Any) -> bool:
+    return isinstance(reply, list) and bool(reply[0] == 1)
+
+
+def _released(reply: Any) -> bool:
+    return bool(reply == 1)
+
+
 class _Line(asyncio.Protocol):
-    """One connection, its replies parsed by hiredis and matched to requests in order.
+    """One connection, its replies parsed by hiredis and given to requests in order.
 
     A reply nobody asked for (a pub/sub message) goes to :meth:`next_message`'s future.
     """
 
     def __init__(self) -> None:
         self.transport: asyncio.Transport | None = None
-        self.waiting: collections.deque[asyncio.Future[Any]] = collections.deque()
+        self.waiting: collections.deque[Callable[[Any], None]] = collections.deque()
         self.reader = hiredis.Reader()
         self.message: asyncio.Future[Any] | None = None
         self.loop = asyncio.get_running_loop()
@@ -60,7 +77,7 @@ class _Line(asyncio.Protocol):
         self.reader.feed(data)
         while (reply := self.reader.gets()) is not False:
             if self.waiting:
-                self.waiting.popleft().set_result(reply)
+                self.waiting.popleft()(reply)
             elif self.message is not None and not self.message.done():
                 self.message.set_result(reply)
 
@@ -70,11 +87,18 @@ class _Line(asyncio.Protocol):
         return self.message
 
     def send(self, request: bytes) -> asyncio.Future[Any]:
+        """Write ``request``: its reply, as a future."""
         reply: asyncio.Future[Any] = self.loop.create_future()
-        self.waiting.append(reply)
+        self.waiting.append(reply.set_result)  # (call's, written out: the floor's own path)
         assert self.transport is not None  # noqa: S101 - opened by Floor.open
         self.transport.write(request)
         return reply
+
+    def call(self, request: bytes, callback: Callable[[Any], None]) -> None:
+        """Write ``request``: ``callback`` gets its reply."""
+        self.waiting.append(callback)
+        assert self.transport is not None  # noqa: S101 - opened by Floor.open
+        self.transport.write(request)
 
 
 async def _connect(url: str) -> _Line:
@@ -98,6 +122,7 @@ class Floor:
 
     def __init__(self, lines: Sequence[_Line]) -> None:
         self.lines = list(lines)
+        self._token = new_token()
 
     @classmethod
     async def open(cls, nodes: Sequence[str]) -> Floor:
@@ -120,6 +145,56 @@ class Floor:
         """Two sequential PING fan-outs: the floor of acquire + release."""
         await self.fan_out()
         await self.fan_out()
+
+    async def load_scripts(self) -> None:
+        """Load the scripts :meth:`scripts` sends on every node."""
+        for script in (ACQUIRE_SCRIPT, RELEASE_TURN_SCRIPT):
+            await self.fan_out(_command(b"SCRIPT", b"LOAD", script.source))
+
+    async def scripts(self, name: str = "bench:floor", ttl: float = 10.0) -> None:
+        """An uncontended cycle's two scripts, as two sequential fan-outs.
+
+        ``ACQUIRE`` then ``RELEASE_TURN`` on the lock ``name`` (default prefix), with the
+        arguments aiolock sends for a lock nobody waits for (a fresh fencing floor
+        each time), each fan-out decided by a majority of replies as a lock's is;
+        call :meth:`load_scripts` first.
+        """
+        key = lock_key(b"aiolock:", name)
+        token, floor = self._token, b"%d" % int(time.time() * 1_000_000)
+        px, retention = milliseconds(ttl), milliseconds(fence_retention(ttl))
+        acquire = _command(
+            b"EVALSHA", ACQUIRE_SCRIPT.sha, b"2", key, fence_key(key), token,
+            b"%d" % px, b"%d" % retention, floor,
+        )  # fmt: skip
+        keys = (key, fence_key(key), *turn_keys(key))
+        release = _command(
+            b"EVALSHA", RELEASE_TURN_SCRIPT.sha, b"%d" % len(keys), *keys, token, floor
+        )
+        await self.majority(acquire, _taken)
+        await self.majority(release, _released)
+
+    async def majority(self, request: bytes, check: Callable[[Any], bool]) -> None:
+        """``request`` written to every node; returns once a majority answered.
+
+        As a lock decides: the other replies are read as they come. Each reply of the
+        majority must pass ``check`` (an error, NOSCRIPT say, would cost the server less).
+        """
+        decided: asyncio.Future[None] = self.lines[0].loop.create_future()
+        left = len(self.lines) // 2 + 1
+
+        def answered(reply: Any) -> None:
+            nonlocal left
+            left -= 1
+            if decided.done():
+                return
+            if not check(reply):
+                decided.set_exception(RuntimeError(f"the floor's request failed: {reply!r}"))
+            elif not left:
+                decided.set_result(None)
+
+        for line in self.lines:
+            line.call(request, answered)
+        await decided
 
     async def handoffs(self, url: str, count: int) -> list[float]:
         """``count`` handoff floors, in seconds.

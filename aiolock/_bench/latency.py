@@ -12,6 +12,8 @@ from ._common import Figure, make_figure, pinger, servers_or, timed
 from .floor import Floor
 
 ROUNDS = 10
+_PINGS = "(2 PING fan-outs)"
+_SCRIPTS = "(2 script fan-outs)"
 
 
 async def run_latency(
@@ -21,8 +23,9 @@ async def run_latency(
 
     The figures are measured in interleaved rounds, so that a slow spell of a shared
     machine weighs on all of them alike and their ratios stay meaningful. Each cycle's
-    ``floor_ratio`` is to the floor on as many nodes (floor.py); the hung one's to the
-    floor of all nodes answering.
+    ``floor_ratio`` is to the floor on as many nodes, its ``scripts_ratio`` to those
+    round trips carrying its scripts (floor.py); the hung one's to those of all nodes
+    answering.
     """
     per_round = max(1, count // ROUNDS)
     samples: dict[str, list[float]] = {}
@@ -32,6 +35,7 @@ async def run_latency(
         one = LockManager(nodes[:1], restart_grace=0)
         many = LockManager(nodes, restart_grace=0)
         floor1, floor = await Floor.open(nodes[:1]), await Floor.open(nodes)
+        await floor.load_scripts()  # (floor1's node is one of them)
         hung: Server | None = None
         if isinstance(nodes, Servers) and len(nodes) >= 3:
             server = nodes.servers[-1]
@@ -49,13 +53,15 @@ async def run_latency(
                 await lock5.acquire(timeout=0)
                 await lock5.release()
 
-            name5 = f"cycle{len(nodes)}"
+            n = len(nodes)
             ops = (
                 ("ping (redis-py)", pinger(client)),
-                ("floor1 (2 PING fan-outs)", floor1.cycle),
+                (f"floor1 {_PINGS}", floor1.cycle),
+                (f"scripts1 {_SCRIPTS}", floor1.scripts),
                 ("cycle1 acquire+release", cycle1),
-                (f"floor{len(nodes)} (2 PING fan-outs)", floor.cycle),
-                (f"{name5} acquire+release", cycle5),
+                (f"floor{n} {_PINGS}", floor.cycle),
+                (f"scripts{n} {_SCRIPTS}", floor.scripts),
+                (f"cycle{n} acquire+release", cycle5),
             )
             for _, op in ops:
                 await timed(op, warmup, 0)
@@ -63,7 +69,7 @@ async def run_latency(
                 for name, op in ops:
                     samples.setdefault(name, []).extend(await timed(op, per_round, 0))
                 if hung is not None:
-                    samples.setdefault(f"{name5}, 1 node hung", []).extend(
+                    samples.setdefault(f"cycle{n}, 1 node hung", []).extend(
                         await _timed_hung(hung, cycle5, per_round)
                     )
         finally:
@@ -73,14 +79,15 @@ async def run_latency(
             await one.aclose()
             await many.aclose()
     figures = [make_figure(name, values) for name, values in samples.items()]
-    ping = figures[0].median_us
-    floors = {1: figures[1].median_us, len(nodes): figures[3].median_us}
+    median = {figure.name: figure.median_us for figure in figures}
     for figure in figures:
-        figure.ratio = figure.median_us / ping
-        if figure.name.startswith("cycle"):
-            figure.floor_ratio = (
-                figure.median_us / floors[1 if "cycle1 " in figure.name else len(nodes)]
-            )
+        figure.ratio = figure.median_us / median["ping (redis-py)"]
+        size = "1" if figure.name.startswith(("cycle1 ", "scripts1 ")) else str(n)
+        if figure.name.startswith("scripts"):
+            figure.floor_ratio = figure.median_us / median[f"floor{size} {_PINGS}"]
+        elif figure.name.startswith("cycle"):
+            figure.floor_ratio = figure.median_us / median[f"floor{size} {_PINGS}"]
+            figure.scripts_ratio = figure.median_us / median[f"scripts{size} {_SCRIPTS}"]
     return figures
 
 
