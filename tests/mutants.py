@@ -603,6 +603,13 @@ MUTANTS = [
         ("tests/test_grants.py",),
     ),
     Mutant(
+        "a grant nobody hears kept where the released key had expired",
+        "release_turn.lua",
+        "                    delete = true\n",
+        "",
+        ("tests/test_grants.py",),
+    ),
+    Mutant(
         "the releasing process granted its own offer",
         "release_turn.lua",
         "            if member == turn and turn ~= ARGV[5] then",
@@ -815,8 +822,9 @@ MUTANTS = [
     Mutant(
         "a release that finds its lock expired announces nothing",
         "release_turn.lua",
-        "if released == 1 or not holder then",
-        "if released == 1 then",
+        "redis.call('publish', KEYS[1] .. ':released', turn)\nreturn released",
+        "if released == 1 then\n    redis.call('publish', KEYS[1] .. ':released', turn)\nend\n"
+        "return released",
         (
             "tests/turns/test_order.py::"
             "test_a_release_that_finds_its_lock_expired_still_names_the_next_in_line",

@@ -41,11 +41,10 @@ local holder = redis.call('get', KEYS[1])
 if holder and holder ~= ARGV[1] then
     return 0
 end
-local released = 0
-if holder then
-    redis.call('del', KEYS[1])
-    released = 1
-end
+local released = holder and 1 or 0
+-- Ours: deleted at the end, unless a grant overwrites it on the way (one nobody hears
+-- is deleted there too).
+local delete = holder
 local turn = ''
 if redis.call('zcard', KEYS[3]) > 0 then
 --+ _now_ms.lua
@@ -57,7 +56,11 @@ if redis.call('zcard', KEYS[3]) > 0 then
     if ARGV[5] then
         -- Our offer sits at our place on this node, as TURN_JOIN's does.
         local mine = redis.call('zadd', KEYS[3], 'XX', 'INCR', 0, ARGV[5]) or ARGV[4]
-        for _, at in ipairs({mine, ARGV[4]}) do
+        local places = {mine}
+        if mine ~= ARGV[4] then
+            places[2] = ARGV[4]
+        end
+        for _, at in ipairs(places) do
             for _, old in ipairs(redis.call('zrangebyscore', KEYS[5], at, at)) do
                 if string.sub(old, 1, #ARGV[5] + 1) == ARGV[5] .. ' ' then
                     redis.call('zrem', KEYS[5], old)
@@ -94,7 +97,7 @@ if redis.call('zcard', KEYS[3]) > 0 then
                     if redis.call('publish', KEYS[1] .. ':turn:' .. turn, message) > 0 then
                         return released
                     end
-                    redis.call('del', KEYS[1])
+                    delete = true
                     if tentative == '' then
                         redis.call('zrem', KEYS[3], turn)
                         redis.call('zrem', KEYS[4], turn)
@@ -106,7 +109,8 @@ if redis.call('zcard', KEYS[3]) > 0 then
         end
     end
 end
-if released == 1 or not holder then
-    redis.call('publish', KEYS[1] .. ':released', turn)
+if delete then
+    redis.call('del', KEYS[1])
 end
+redis.call('publish', KEYS[1] .. ':released', turn)
 return released
