@@ -21,6 +21,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 RUNS: dict[str, tuple[list[str], str]] = {
     "contention_shapes.py": (["--seconds", "0.3", "1x2", "2x1"], "across processes"),
     "fencing_cost.py": (["--calls", "50", "--rounds", "1"], "with fencing"),
+    "grant_cost.py": (["--calls", "10"], "a grant"),
     "instructions.py": (["--help"], "callgrind"),
     "latency.py": (["--count", "10", "--contention-seconds", "0", "--waiters", "0"], "cycle5"),
     "loss_margin.py": (["0.5"], "guard"),
