@@ -83,10 +83,9 @@ async def run_latency(
     for figure in figures:
         figure.ratio = figure.median_us / median["ping (redis-py)"]
         size = "1" if figure.name.startswith(("cycle1 ", "scripts1 ")) else str(n)
-        if figure.name.startswith("scripts"):
+        if figure.name.startswith(("scripts", "cycle")):
             figure.floor_ratio = figure.median_us / median[f"floor{size} {_PINGS}"]
-        elif figure.name.startswith("cycle"):
-            figure.floor_ratio = figure.median_us / median[f"floor{size} {_PINGS}"]
+        if figure.name.startswith("cycle"):
             figure.scripts_ratio = figure.median_us / median[f"scripts{size} {_SCRIPTS}"]
     return figures
 
