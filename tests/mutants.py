@@ -1068,7 +1068,11 @@ MUTANTS = [
         "head.py",
         "        return random.uniform(0.0, min(bound, SPLIT_PAUSE_LONGEST))\n",
         "        return 0.0\n",
-        ("tests/test_waiting.py::test_waiters_that_split_the_vote_back_off_and_one_of_them_wins",),
+        (
+            "tests/unit/test_head.py::"
+            "test_a_split_vote_pauses_at_random_up_to_twice_the_attempt_and_longer_each_time",
+            "tests/test_waiting.py::test_waiters_that_split_the_vote_back_off_and_one_of_them_wins",
+        ),
     ),
     # The twenty-first session's fix (seed 9007199254741396, stopped as busy): where
     # nobody could win, every attempt split the vote, and the pause stayed as short.
@@ -1078,6 +1082,8 @@ MUTANTS = [
         "        bound = SPLIT_PAUSE * took * 2.0 ** min(before, 30)\n",
         "        bound = SPLIT_PAUSE * took\n",
         (
+            "tests/unit/test_head.py::"
+            "test_a_split_vote_pauses_at_random_up_to_twice_the_attempt_and_longer_each_time",
             "tests/test_waiting.py::"
             "test_waiters_that_nobody_can_win_back_off_further_at_every_split_vote",
         ),

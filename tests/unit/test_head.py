@@ -10,7 +10,17 @@ import asyncio
 
 import pytest
 
-from aiolock._waiting.head import EXPIRY_SLACK, UNKNOWN_HOLDER_WAIT, Act, Wait, next_act
+from aiolock._core.votes import Attempt, Votes, is_taken
+from aiolock._waiting.head import (
+    EXPIRY_SLACK,
+    SPLIT_PAUSE,
+    SPLIT_PAUSE_LONGEST,
+    UNKNOWN_HOLDER_WAIT,
+    Act,
+    Wait,
+    next_act,
+    split_pause,
+)
 from aiolock._waiting.queue import GAVE_WAY_POLL, POLL_INTERVAL, Queue
 from aiolock._waiting.taker import Taker
 
@@ -119,3 +129,32 @@ async def test_a_head_past_its_deadline_gives_up_after_an_attempt_not_before() -
     assert next_act(wait, clock) == (Act.TRY, 0.0)  # a timeout of 0: one attempt
     wait.tried = True
     assert next_act(wait, clock) == (Act.GIVE_UP, 0.0)
+
+
+def _split(took_nodes: int = 2, *, one_holder: bool = False) -> Attempt:
+    """A failed attempt that took ``took_nodes`` nodes of five and cleaned them up, the
+    others held by different holders (nobody has a quorum: a split vote), or by one."""
+    votes = Votes(5, 3, is_taken, asyncio.get_running_loop().create_future(), early=False)
+    for i in range(5):
+        holder = b"holder%d" % (0 if one_holder else i)
+        votes.record(i, [1, 7] if i < took_nodes else [0, 5000, holder])
+    return Attempt(votes, None, cleaned=tuple(range(took_nodes)))
+
+
+async def test_a_split_vote_pauses_at_random_up_to_twice_the_attempt_and_longer_each_time() -> None:
+    """Tried again at once, waiters that split the vote would split it again (see
+    ``split_pause``); each further split vote of the same wait doubles the bound."""
+    took = 0.01
+    assert _split().split
+    first = [split_pause(_split(), took) for _ in range(200)]
+    assert all(0.0 < pause <= SPLIT_PAUSE * took for pause in first)
+    assert len(set(first)) > 100  # (random: the rivals' pauses differ)
+    third = [split_pause(_split(), took, before=2) for _ in range(200)]
+    assert all(0.0 < pause <= 4 * SPLIT_PAUSE * took for pause in third)
+    assert max(third) > SPLIT_PAUSE * took  # (the chance it is not: 4 ** -200)
+    longest = [split_pause(_split(), 1.0, before=30) for _ in range(50)]
+    assert all(0.0 < pause <= SPLIT_PAUSE_LONGEST for pause in longest)
+    # Not a split vote, no pause: one holder has a quorum, or the attempt took nothing.
+    assert split_pause(_split(one_holder=True), took) == 0.0
+    assert split_pause(_split(took_nodes=0), took) == 0.0
+    assert split_pause(None, took) == 0.0
