@@ -22,6 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from aiolock import LockManager
 from aiolock._core.calls import Callback, Record
+from aiolock._core.votes import fence_of
 from aiolock._lua import (
     ACQUIRE_SCRIPT,
     EXTEND_SCRIPT,
@@ -88,7 +89,7 @@ class ModelNode:
             if last is not None and int(last) >= fence:
                 fence = int(last) + 1
             self._set(fence_key, b"%d" % fence, keep_ms)
-            return [1, fence]
+            return fence
         if script is RELEASE_SCRIPT:
             _n, key, token = args
             if self._get(key) == token:
@@ -204,7 +205,7 @@ def test_model_catches_a_broken_algorithm(monkeypatch: pytest.MonkeyPatch) -> No
     async def first_not_max(self: Quorum, votes: Any, fence_key: bytes, retention: bytes) -> int:
         for i in range(self.n):
             if votes.verdicts[i]:
-                return int(votes.replies[i][1])
+                return fence_of(votes.replies[i])
         raise AssertionError  # pragma: no cover
 
     monkeypatch.setattr(_quorum.Quorum, "_settle_fence", first_not_max)

@@ -17,9 +17,10 @@ from aiolock._lua import Script, every_script
 K = "{lua}:k"
 TURNS = [f"{K}:turns", f"{K}:turns:live", f"{K}:turns:offers"]
 RW = [f"{K}:w", f"{K}:i", f"{K}:r"]
-#: Each script's keys, arguments, and the first field of its reply on an empty node.
+#: Each script's keys, arguments, and its reply on an empty node (a script that takes a
+#: lock replies the bare fencing token: here the floor sent, 7).
 CALLS: dict[str, tuple[list[str], list[Any], Any]] = {
-    "acquire": ([K, f"{K}:fence"], ["t", 10000, 60000, 7], [1, 7]),
+    "acquire": ([K, f"{K}:fence"], ["t", 10000, 60000, 7], 7),
     "raise_fence": ([f"{K}:fence"], [9, 60000], 1),
     "extend": ([K], ["t", 5000], 0),
     "extend_many": ([K, f"{K}:2"], ["t", 5000, "u", 5000], [0, 0]),
@@ -33,10 +34,10 @@ CALLS: dict[str, tuple[list[str], list[Any], Any]] = {
     "release_turn": ([K, f"{K}:fence", *TURNS], ["t", 7], 0),
     "turn_join": (TURNS, ["m", 1, 5000], 1),
     "turn_leave": (TURNS, ["m"], 0),
-    "rw_read": ([f"{K}:r:1", f"{K}:fence", *RW], ["t", 5000, 60000, 7, "1"], [1, 7]),
-    "rw_write": ([f"{K}:w", f"{K}:fence", *RW[1:]], ["t", 5000, 60000, 7, f"{K}:r:", "0"], [1, 7]),
+    "rw_read": ([f"{K}:r:1", f"{K}:fence", *RW], ["t", 5000, 60000, 7, "1"], 7),
+    "rw_write": ([f"{K}:w", f"{K}:fence", *RW[1:]], ["t", 5000, 60000, 7, f"{K}:r:", "0"], 7),
     "rw_release": ([f"{K}:w", f"{K}:r"], ["t", "", f"{K}:released"], 0),
-    "sem_acquire": ([f"{K}:0", f"{K}:fence", f"{K}:slots"], ["t", 5000, 60000, 7, 0, 2], [1, 7]),
+    "sem_acquire": ([f"{K}:0", f"{K}:fence", f"{K}:slots"], ["t", 5000, 60000, 7, 0, 2], 7),
     "sem_release": ([f"{K}:0", f"{K}:slots"], ["t", 0], 0),
 }  # fmt: skip
 

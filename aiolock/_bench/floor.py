@@ -50,7 +50,7 @@ _NOOP_SHA = hashlib.sha1(_NOOP).hexdigest().encode()  # noqa: S324 - Redis's scr
 
 
 def _taken(reply: Any) -> bool:
-    return isinstance(reply, list) and bool(reply[0] == 1)
+    return type(reply) is int and reply > 0  # (ACQUIRE's fencing token)
 
 
 def _released(reply: Any) -> bool:

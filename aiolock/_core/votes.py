@@ -73,11 +73,20 @@ Veto = Callable[[int], BaseException | None]
 
 
 def is_taken(reply: Any) -> bool | None:
-    # ACQUIRE replies [1, fence] when taken, [0, pttl, holder] when held by someone
-    # else (the read-write lock's scripts: [0, pttl]).
-    if type(reply) is list and len(reply) >= 2:
+    # A script that took the lock replies its fencing token, a bare integer (PASS_ON:
+    # [1, fence, others]); one that found it held [0, pttl, holder] (the read-write
+    # lock's scripts: [0, pttl]).
+    kind = type(reply)
+    if kind is int:
+        return True if reply > 0 else None
+    if kind is list and len(reply) >= 2:
         return bool(reply[0] == 1)
     return None
+
+
+def fence_of(reply: Any) -> int:
+    """The fencing token in a reply :func:`is_taken` counts as taken."""
+    return reply if type(reply) is int else int(reply[1])
 
 
 def is_list(reply: Any) -> bool | None:

@@ -3,7 +3,7 @@
 -- Keys share the name's hash tag: W the writer's lock key, I the writer's intent (a
 -- waiting writer keeps new readers out: writers are not starved), R the set of reader
 -- ids, R .. id each reader's own lock key, F the fencing counter. Both acquire scripts
--- reply like acquire.lua: {1, fence} or {0, pttl to wait}, with the same fencing lines
+-- reply like acquire.lua: fence or {0, pttl to wait}, with the same fencing lines
 -- (ARGV[1..4] as for acquire.lua).
 --
 -- KEYS[1] the handle's key (W, or a reader's), KEYS[2] R

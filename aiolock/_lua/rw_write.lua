@@ -3,7 +3,7 @@
 -- Keys share the name's hash tag: W the writer's lock key, I the writer's intent (a
 -- waiting writer keeps new readers out: writers are not starved), R the set of reader
 -- ids, R .. id each reader's own lock key, F the fencing counter. Both acquire scripts
--- reply like acquire.lua: {1, fence} or {0, pttl to wait}, with the same fencing lines
+-- reply like acquire.lua: fence or {0, pttl to wait}, with the same fencing lines
 -- (ARGV[1..4] as for acquire.lua).
 --
 -- KEYS[1] W, KEYS[2] F, KEYS[3] I, KEYS[4] R, KEYS[5..] the readers' keys the caller
@@ -11,7 +11,7 @@
 -- ARGV[1] token, ARGV[2] ttl ms, ARGV[3] counter retention ms, ARGV[4] fence floor,
 -- ARGV[5] the prefix of readers' keys (R's members are appended to it),
 -- ARGV[6] '1' when the writer will wait (then it leaves its intent), '0' if not
--- returns {1, fence} when the writer is in; {0, ms to wait} while W or a live reader
+-- returns fence when the writer is in; {0, ms to wait} while W or a live reader
 --         holds; {2, id, ...} when a reader's key was not declared (below).
 -- Every key touched is declared: when R names a reader whose key is not among KEYS, the
 -- script touches nothing and replies {2, id, ...} (R's members): the caller asks again
@@ -57,4 +57,4 @@ end
 redis.call('set', KEYS[1], ARGV[1], 'PX', ARGV[2])
 redis.call('del', KEYS[3])
 --+ _fence.lua
-return {1, fence}
+return fence

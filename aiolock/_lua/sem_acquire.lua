@@ -13,7 +13,7 @@
 -- KEYS[4..], in the same order
 -- (A node that notes ``limit`` slots reports none free without looking further: callers
 -- that give one name different limits may see it full while a low slot is free.)
--- returns {1, fence} when slot c was taken on this node; else
+-- returns fence (as acquire.lua) when slot c was taken on this node; else
 --         {0, ms until the first noted expiry, holder's first 8 bytes, f, f slots
 --         with no note (the first from c + 1 on, at most SEM_FREE_REPORTED),
 --         then slots whose note has run out (at most SEM_CHECKS)}
@@ -32,7 +32,7 @@ if redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
     redis.call('zadd', KEYS[3], string.format('%.0f', now + tonumber(ARGV[2])), ARGV[5])
     redis.call('pexpire', KEYS[3], ARGV[3])
 --+ _fence.lua
-return {1, fence}
+return fence
 end
 --+ _holder.lua
 local left = redis.call('pttl', KEYS[1])

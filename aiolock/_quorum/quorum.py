@@ -38,6 +38,7 @@ from .._core.votes import (
     Veto,
     Votes,
     drift,
+    fence_of,
     is_list,
     is_one,
     is_taken,
@@ -272,16 +273,14 @@ class Quorum:
         """
         replies = votes.replies
         verdicts = votes.verdicts
-        fences = [replies[i][1] for i in range(self.n) if verdicts[i]]
+        fences = [fence_of(replies[i]) if verdicts[i] else 0 for i in range(self.n)]
         fence: int = max(fences)
         at_fence = sum(1 for f in fences if f >= fence)
         # Nodes that granted with a lower value, or said "held", lag behind; failed
         # nodes and nodes still to answer are left alone (the next floor brings them up
         # to date).
         behind = [
-            i
-            for i in range(self.n)
-            if (verdicts[i] and replies[i][1] < fence) or verdicts[i] is False
+            i for i in range(self.n) if (verdicts[i] and fences[i] < fence) or verdicts[i] is False
         ]
         args = (b"1", fence_key, b"%d" % fence, retention)
         if at_fence >= self.quorum:
@@ -292,7 +291,7 @@ class Quorum:
             return fence
         # Too few nodes hold the token: it must be durable on a majority first.
         # Nodes at the token count as confirmed; every other node is asked.
-        ask = [i for i in range(self.n) if not (verdicts[i] and replies[i][1] >= fence)]
+        ask = [i for i in range(self.n) if not (verdicts[i] and fences[i] >= fence)]
         raised = await self._run(RAISE_FENCE_SCRIPT, args, is_one, only=ask, others=1)
         return fence if raised.won else None
 
@@ -428,8 +427,8 @@ def _agreed_fence(votes: Votes) -> int | None:
     for reply, verdict in zip(votes.replies, verdicts, strict=True):
         if verdict:
             if fence is None:
-                fence = reply[1]
-            elif reply[1] != fence:
+                fence = fence_of(reply)
+            elif fence_of(reply) != fence:
                 return None
     return fence if votes.yes >= votes.quorum else None
 

@@ -171,7 +171,7 @@ class Grants:
             (fence,) = fences
             votes = Votes(quorum.n, quorum.quorum, is_taken, _done(), early=False)
             for i in counted:
-                votes.record(i, [1, fence])
+                votes.record(i, fence)  # (as ACQUIRE replies it)
             head.claimed = True
             head.on_dropped = functools.partial(give_back, quorum, key, token)
             head.deliver(Attempt(votes, expires_at, fence, start))

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from .._core.calls import ignore
 from .._core.cancel import outlast
-from .._core.votes import Attempt, Votes
+from .._core.votes import Attempt, Votes, fence_of
 from .._lua import NOT_FREE, PASS_ON_SCRIPT, RELEASE_EITHER_SCRIPT, RELEASE_SCRIPT
 from .taker import Taker
 
@@ -73,7 +73,7 @@ def reserved(quorum: Quorum, attempt: Attempt, reserve: int) -> int | None:
     at_fence = sum(
         1
         for reply, verdict in zip(votes.replies, votes.verdicts, strict=True)
-        if verdict and reply[1] == fence
+        if verdict and fence_of(reply) == fence
     )
     return fence + reserve if at_fence >= quorum.quorum else None
 

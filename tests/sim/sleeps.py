@@ -90,7 +90,7 @@ class Sleeps:
             return
         self.attempts[(token, key)] = (ended + 1, {})
         quorum = n // 2 + 1
-        took = sum(1 for r in replies.values() if isinstance(r, list) and r[:1] == [1])
+        took = sum(1 for r in replies.values() if type(r) is int)  # (a fencing token)
         if not ended or took >= quorum or not self._waiting(process, key):
             return  # (its first attempt, won, or nobody's wait: see the module's doc)
         pttls = sorted(

@@ -137,7 +137,7 @@ def _split(took_nodes: int = 2, *, one_holder: bool = False) -> Attempt:
     votes = Votes(5, 3, is_taken, asyncio.get_running_loop().create_future(), early=False)
     for i in range(5):
         holder = b"holder%d" % (0 if one_holder else i)
-        votes.record(i, [1, 7] if i < took_nodes else [0, 5000, holder])
+        votes.record(i, 7 if i < took_nodes else [0, 5000, holder])
     return Attempt(votes, None, cleaned=tuple(range(took_nodes)))
 
 

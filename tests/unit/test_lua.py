@@ -16,7 +16,7 @@ from aiolock._lua import Script, every_script, source_of
 
 #: What each script hashes to (EVALSHA), as the nodes run it.
 SHA1 = {
-    "acquire": "44a0524f33121bec207bc374e110f046940b8d19",
+    "acquire": "9711a7bc5e72e5f511cd198a1e900c9dda6aba73",
     "extend": "a681a2d6f6e2c1091b6afc4d8f1d53f1e7d64333",
     "extend_many": "834e34fa53c6132ad842c4aa56ad35713286c2e8",
     "force_release": "4247839769584ec24b086a62d462021a74253d10",
@@ -28,10 +28,10 @@ SHA1 = {
     "release_either": "fec9c700f503709529ff117add89252128e5f1f3",
     "release_turn": "e2107f35cfff5fae04ef36a1c9d69342aaf4840d",
     "repair": "2005106578b83c59040849955529c2aed3a0d5d9",
-    "rw_read": "df03518be70fe95325b49bc7095643d3b93360f2",
+    "rw_read": "0a3edb0607cf3d8cceefcdc2edb993e985998a9c",
     "rw_release": "9137cf6163cd4ff392c3601319894e3215938ed5",
-    "rw_write": "8ea6278fce518a701bc3efb591f6db8e442067d2",
-    "sem_acquire": "f66902916093a5f379b1d36e13f200ebbf515446",
+    "rw_write": "21deefe42dfecc44593b2cd00fa928d9dd571e96",
+    "sem_acquire": "e5d419559fcf6ccda32f498bd554a9cb6fc7521d",
     "sem_release": "53adb0617963fc24ac694ff14201e4ab857f8e4f",
     "turn_join": "f1db541b2197410e769e6c41fd35436f45745174",
     "turn_leave": "681bf1f9b7f12579e05d3958aae21422f056ccb1",

@@ -25,7 +25,7 @@ from aiolock._waiting.taker import Taker
 
 from ..conftest import cycles_of
 
-TAKEN = [1, 0]  # ACQUIRE's reply when the key was set
+TAKEN = 1  # ACQUIRE's reply when the key was set: its fencing token
 HELD = [0, 5000]  # ... when someone else holds it, 5 s to live
 
 
@@ -368,7 +368,7 @@ def _raises(nodes: list[FakeNode]) -> list[int]:
 async def test_a_fencing_token_the_granting_nodes_agree_on_costs_no_request_more() -> None:
     # The usual case: every node that answered granted with the same counter (the
     # floor sent); failed nodes are left alone (the next floor brings them up).
-    nodes = [FakeNode(f"n{i}", reply=[1, 100]) for i in range(3)]
+    nodes = [FakeNode(f"n{i}", reply=100) for i in range(3)]
     nodes += [FakeNode(f"n{i}", reply=ConnectionError("down")) for i in range(3, 5)]
     attempt = await make(nodes).acquire(b"k", b"t", 10.0)
     assert attempt.acquired
@@ -379,7 +379,7 @@ async def test_a_fencing_token_the_granting_nodes_agree_on_costs_no_request_more
 async def test_a_node_that_said_held_has_its_counter_raised_though_the_grants_agree() -> None:
     # Four nodes grant with 100; the fifth says "held" (a stale key there): its
     # counter may lag behind the token, so it is raised to it, in the background.
-    nodes = [FakeNode(f"n{i}", reply=[1, 100]) for i in range(4)]
+    nodes = [FakeNode(f"n{i}", reply=100) for i in range(4)]
     nodes.append(FakeNode("n4", reply=[0, 5000]))
     attempt = await make(nodes).acquire(b"k", b"t", 10.0)
     assert attempt.fence == 100
@@ -394,7 +394,7 @@ async def test_a_fencing_token_no_majority_confirmed_is_not_handed_out() -> None
     def answer(counter: int) -> Callable[[tuple[bytes, ...]], Any]:
         def reply(args: tuple[bytes, ...]) -> Any:
             if args[1] == ACQUIRE_SCRIPT.sha:
-                return [1, counter]
+                return counter
             return ConnectionError("the counter could not be raised")
 
         return reply
