@@ -100,6 +100,10 @@ def test_bench_prints_figures_as_json() -> None:
     assert crossing["cross_process_floor_ratio"] == pytest.approx(
         crossing["cross_process_p50_us"] / crossing["cross_process_floor_us"]
     )
+    assert crossing["cross_process_scripts_us"] > 0  # (the same, carrying the grants)
+    assert crossing["cross_process_scripts_ratio"] == pytest.approx(
+        crossing["cross_process_p50_us"] / crossing["cross_process_scripts_us"]
+    )
     assert report["names"]["tasks"] == 100
     assert report["names"]["cycles_per_second"] > 0
     assert report["waiters"]["handoffs"] == 50
@@ -250,3 +254,23 @@ async def test_the_floor_of_a_cycle_with_its_scripts_runs_them_and_checks_their_
         assert await client.exists(key("floor-test")) == 0
         assert int(await client.get(key("floor-test") + ":fence")) > 0
         assert 0 < await client.pttl(key("floor-test") + ":fence") <= 3_600_000
+
+
+async def test_the_floor_of_a_handoff_with_its_scripts_grants_the_lock_on_every_node(
+    urls: list[str], clients: list[redis.Redis]
+) -> None:
+    floor = await Floor.open(urls)
+    try:
+        await floor.load_scripts()
+        assert len(await floor.grants(3, "floor-grant-test", ttl=5)) == 3
+    finally:
+        floor.close()
+    name = key("floor-grant-test")
+    for client in clients:
+        # Granted to the next process's offer, with a fencing token and its ttl; the
+        # releasing process left its own offer at its place, and nobody else's is left.
+        assert await client.get(name) == b"bb-token"
+        assert 0 < await client.pttl(name) <= 5_000
+        assert int(await client.get(name + ":fence")) > 0
+        offers = await client.zrange(name + ":turns:offers", 0, -1, withscores=True)
+        assert [(offer.split()[0], place) for offer, place in offers] == [(b"aa", 1.0)]

@@ -85,6 +85,11 @@ class ContentionFigures:
     #: script's fan-out), p50 on the same nodes, and the handoff's ratio to it.
     cross_process_floor_us: float = 0.0
     cross_process_floor_ratio: float = 0.0
+    #: The same floor carrying the servers' work (floor.py: ``RELEASE_TURN`` granting
+    #: the lock, heard by a majority), p50, and the handoff's ratio to it: what the
+    #: client and the machine's load add.
+    cross_process_scripts_us: float = 0.0
+    cross_process_scripts_ratio: float = 0.0
 
     def row(self) -> str:
         """A text row."""
@@ -99,8 +104,9 @@ class ContentionFigures:
                 f"\n{'':<24} {self.cross_process_handoffs:>6} handoffs between processes: "
                 f"p50 {self.cross_process_p50_us:.0f} µs ({self.cross_process_ratio:.2f} x ping, "
                 f"{self.cross_process_floor_ratio:.2f} x its floor of "
-                f"{self.cross_process_floor_us:.0f} µs) p99 {self.cross_process_p99_us:.0f} µs; "
-                f"fairness {self.fairness:.2f}"
+                f"{self.cross_process_floor_us:.0f} µs, {self.cross_process_scripts_ratio:.2f} x "
+                f"its scripts' of {self.cross_process_scripts_us:.0f} µs) "
+                f"p99 {self.cross_process_p99_us:.0f} µs; fairness {self.fairness:.2f}"
             )
         return row
 
@@ -192,11 +198,15 @@ async def run_contention(
         floor = await Floor.open(nodes)
         try:
             floor_us = p50_p99(await floor.handoffs(nodes[0], HANDOFF_FLOORS))[0]
+            await floor.load_scripts()
+            scripts_us = p50_p99(await floor.grants(HANDOFF_FLOORS))[0]
         finally:
             floor.close()
         crossing = out[-1]
         crossing.cross_process_floor_us = floor_us
         crossing.cross_process_floor_ratio = crossing.cross_process_p50_us / floor_us
+        crossing.cross_process_scripts_us = scripts_us
+        crossing.cross_process_scripts_ratio = crossing.cross_process_p50_us / scripts_us
         for client in clients:
             await client.aclose()
     return out

@@ -13,7 +13,9 @@ its own ratio to the PING floor what the scripts cost the servers.
 
 The floor of a handoff between processes (:meth:`Floor.handoffs`) is one PUBLISH heard
 by another connection, then one script fan-out: the least a waiter told of a release
-does to take the lock.
+does to take the lock. Given the servers' work (:meth:`Floor.grants`), it is the
+handoff's own script on every node, a release granting the lock to the next process
+in line, until a majority of the grants are heard on that process's connections.
 """
 
 from __future__ import annotations
@@ -120,14 +122,15 @@ async def _connect(url: str) -> _Line:
 class Floor:
     """Raw connections to ``nodes``: :meth:`cycle` is the floor of a lock cycle."""
 
-    def __init__(self, lines: Sequence[_Line]) -> None:
+    def __init__(self, lines: Sequence[_Line], urls: Sequence[str] = ()) -> None:
         self.lines = list(lines)
+        self._urls = list(urls)
         self._token = new_token()
 
     @classmethod
     async def open(cls, nodes: Sequence[str]) -> Floor:
         """One connection per node."""
-        return cls([await _connect(url) for url in nodes])
+        return cls([await _connect(url) for url in nodes], nodes)
 
     def close(self) -> None:
         """Close every connection."""
@@ -195,6 +198,59 @@ class Floor:
         for line in self.lines:
             line.call(request, answered)
         await decided
+
+    async def grants(
+        self, count: int, name: str = "bench:floor:grants", ttl: float = 10.0
+    ) -> list[float]:
+        """``count`` floors of a handoff between processes given the servers' work, in seconds.
+
+        Each: the releasing process's ``RELEASE_TURN`` on every node, granting the lock
+        ``name`` to the next process in line, whose offer is fresh, as a handoff between
+        processes does; until a majority of the grants are heard on that process's own
+        connections. Untimed before each, every node is set up afresh: the key held,
+        both processes in line. Call :meth:`load_scripts` first.
+        """
+        key = lock_key(b"aiolock:", name)
+        keys = (key, fence_key(key), *turn_keys(key))
+        turns, live, offers = keys[2:]
+        px, retention = b"%d" % milliseconds(ttl), b"%d" % milliseconds(fence_retention(ttl))
+        listeners = [await _connect(url) for url in self._urls]
+        try:
+            for listener in listeners:
+                await listener.send(_command(b"SUBSCRIBE", key + b":turn:bb"))
+            out = []
+            for _ in range(count):
+                now = b"%d" % int(time.time() * 1000)
+                due = b"%d" % (int(now) + 60_000)
+                await self.fan_out(_command(b"SET", key, self._token, b"PX", px))
+                await self.fan_out(_command(b"ZADD", turns, b"1", b"aa", b"2", b"bb"))
+                await self.fan_out(_command(b"ZADD", live, due, b"aa", due, b"bb"))
+                offer = b"bb 7 %s %s %s bb-token" % (px, retention, now)
+                await self.fan_out(_command(b"ZADD", offers, b"2", offer))
+                release = _command(
+                    b"EVALSHA", RELEASE_TURN_SCRIPT.sha, b"%d" % len(keys), *keys, self._token,
+                    b"%d" % int(time.time() * 1_000_000), b"60000", b"1", b"aa",
+                    b"8", px, retention, self._token,
+                )  # fmt: skip
+                started = time.perf_counter()
+                heard = [listener.next_message() for listener in listeners]
+                replies = [line.send(release) for line in self.lines]
+                left = len(self.lines) // 2 + 1
+                for message in asyncio.as_completed(heard):
+                    await message
+                    left -= 1
+                    if not left:
+                        break
+                out.append(time.perf_counter() - started)
+                for reply in replies:
+                    if await reply != 1:
+                        raise RuntimeError(f"the floor's release failed: {reply.result()!r}")
+                await asyncio.gather(*heard)
+            return out
+        finally:
+            for listener in listeners:
+                if listener.transport is not None:
+                    listener.transport.close()
 
     async def handoffs(self, url: str, count: int) -> list[float]:
         """``count`` handoff floors, in seconds.
