@@ -122,9 +122,9 @@ async def _connect(url: str) -> _Line:
 class Floor:
     """Raw connections to ``nodes``: :meth:`cycle` is the floor of a lock cycle."""
 
-    def __init__(self, lines: Sequence[_Line], urls: Sequence[str] = ()) -> None:
+    def __init__(self, lines: Sequence[_Line], urls: Sequence[str]) -> None:
         self.lines = list(lines)
-        self._urls = list(urls)
+        self._urls = list(urls)  # (each line's node, for the connections grants() opens)
         self._token = new_token()
 
     @classmethod
