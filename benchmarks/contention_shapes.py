@@ -8,7 +8,8 @@ critical section one loop iteration long, as ``python -m aiolock bench``'s conte
 runs do (``aiolock/_bench/contention.py``). For each shape: critical sections a second,
 the scripts the nodes ran per section and per node (``INFO commandstats``), and, across
 processes, the handoff's p50 beside its floor (a PUBLISH heard, then a script's
-fan-out, measured right after on the same nodes).
+fan-out, measured right after on the same nodes) and beside the same floor carrying
+the handoff's own script (``RELEASE_TURN`` granting the lock, heard by a majority).
 """
 
 from __future__ import annotations
@@ -87,12 +88,15 @@ async def shape(nodes: list[str], processes: int, tasks: int, seconds: float) ->
         floor = await Floor.open(nodes)
         try:
             floor_us = p50_p99(await floor.handoffs(nodes[0], 300))[0]
+            await floor.load_scripts()
+            grants_us = p50_p99(await floor.grants(300))[0]
         finally:
             floor.close()
         line += (
             f"; across processes {figures.cross_process_handoffs} handoffs, p50 "
             f"{figures.cross_process_p50_us:.0f} µs = {figures.cross_process_p50_us / floor_us:.2f}"
-            f" x its floor ({floor_us:.0f} µs), fairness {figures.fairness:.2f}"
+            f" x its floor ({floor_us:.0f} µs), {figures.cross_process_p50_us / grants_us:.2f}"
+            f" x with its script ({grants_us:.0f} µs), fairness {figures.fairness:.2f}"
         )
     return line
 
