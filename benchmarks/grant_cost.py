@@ -19,17 +19,17 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 import redis.asyncio as redis
 
-from aiolock._core.keys import fence_key, lock_key, turn_keys
+from aiolock._bench.floor import GRANTEE, GRANTEE_TOKEN, grant
+from aiolock._core.keys import lock_key
 from aiolock._lua import RELEASE_TURN_SCRIPT
 from aiolock.testing import redis_servers
 
 ROUNDS = 5
-KEY = lock_key(b"aiolock:", "bench:grant")
-KEYS = (KEY, fence_key(KEY), *turn_keys(KEY))
+NAME = "bench:grant"
+KEY = lock_key(b"aiolock:", NAME)
 
 
 def _source_in(checkout: str) -> bytes:
@@ -46,21 +46,15 @@ def _source_in(checkout: str) -> bytes:
 
 async def _grant(client: redis.Redis, sha: str) -> float:
     """One grant, set up afresh: the script's µs on the server."""
-    turns, live, offers = KEYS[2:]
-    now = int(time.time() * 1000)
+    setup, args = grant(NAME, b"aa-token")
     pipe = client.pipeline(transaction=False)
-    pipe.set(KEY, "t", px=10_000)
-    pipe.zadd(turns, {"aa": 1, "bb": 2})
-    pipe.zadd(live, {"aa": now + 60_000, "bb": now + 60_000})
-    pipe.zadd(offers, {f"bb 7 10000 3600000 {now} tok-bb": 2})
+    for command in setup:
+        pipe.execute_command(*command)
     await pipe.execute()
     await client.config_resetstat()
-    floor = int(time.time() * 1_000_000)
-    released = await client.evalsha(
-        sha, len(KEYS), *KEYS, "t", floor, 60_000, 1, "aa", 8, 10_000, 3_600_000, "tok-aa"
-    )
+    released = await client.evalsha(sha, int(args[0]), *args[1:])
     stats = await client.info("commandstats")
-    if released != 1 or await client.get(KEY) != b"tok-bb":
+    if released != 1 or await client.get(KEY) != GRANTEE_TOKEN:
         raise RuntimeError("the release did not grant the lock to bb")
     return float(stats["cmdstat_evalsha"]["usec"])
 
@@ -72,7 +66,7 @@ async def main(calls: int, baseline: str | None) -> None:
     async with redis_servers(1) as urls:
         client = redis.Redis.from_url(urls[0])
         listener = redis.Redis.from_url(urls[0]).pubsub()
-        await listener.subscribe(KEY + b":turn:bb")  # (a grant nobody hears is undone)
+        await listener.subscribe(KEY + b":turn:" + GRANTEE)  # (a grant nobody hears is undone)
         shas = {name: await client.script_load(source) for name, source in sources.items()}
         figures: dict[str, list[float]] = {name: [] for name in shas}
         per_round = max(1, calls // ROUNDS)

@@ -103,6 +103,54 @@ class _Line(asyncio.Protocol):
         self.transport.write(request)
 
 
+def _close(lines: Sequence[_Line]) -> None:
+    for line in lines:
+        if line.transport is not None:
+            line.transport.close()
+
+
+def _lock(name: str, ttl: float) -> tuple[tuple[bytes, ...], bytes, bytes]:
+    """The lock ``name``'s keys, ttl and counter retention, as a floor sends them.
+
+    The keys (default prefix): the lock's, its counter's, its turn queue's three; the
+    times in milliseconds.
+    """
+    key = lock_key(b"aiolock:", name)
+    px, retention = milliseconds(ttl), milliseconds(fence_retention(ttl))
+    return (key, fence_key(key), *turn_keys(key)), b"%d" % px, b"%d" % retention
+
+
+#: The process a :func:`grant` names, and the token of its offer.
+GRANTEE, GRANTEE_TOKEN = b"bb", b"bb-token"
+
+
+def grant(
+    name: str, token: bytes, ttl: float = 10.0
+) -> tuple[list[tuple[bytes, ...]], tuple[bytes, ...]]:
+    """A release that grants the lock ``name`` to the next process in line, set up afresh.
+
+    The commands that set a node up: the key held with ``token`` by process ``aa``,
+    first in line, and :data:`GRANTEE` next, its offer fresh (:data:`GRANTEE_TOKEN`,
+    ``ttl``). Then ``RELEASE_TURN``'s arguments (numkeys, keys, ARGV) for ``aa``'s
+    release, as a handoff between processes sends it: ``aa`` still waits, and leaves an
+    offer of its own.
+    """
+    keys, px, retention = _lock(name, ttl)
+    key, _, turns, live, offers = keys
+    now_ms = int(time.time() * 1000)
+    now, due = b"%d" % now_ms, b"%d" % (now_ms + 60_000)
+    offer = b"%s 7 %s %s %s %s" % (GRANTEE, px, retention, now, GRANTEE_TOKEN)
+    setup = [
+        (b"SET", key, token, b"PX", px),
+        (b"ZADD", turns, b"1", b"aa", b"2", GRANTEE),
+        (b"ZADD", live, due, b"aa", due, GRANTEE),
+        (b"ZADD", offers, b"2", offer),
+    ]
+    floor = b"%d" % int(time.time() * 1_000_000)
+    own_offer = (b"8", px, retention, token)
+    return setup, (b"%d" % len(keys), *keys, token, floor, b"60000", b"1", b"aa", *own_offer)
+
+
 async def _connect(url: str) -> _Line:
     options: dict[str, Any] = dict(parse_url(url))
     loop = asyncio.get_running_loop()
@@ -134,9 +182,7 @@ class Floor:
 
     def close(self) -> None:
         """Close every connection."""
-        for line in self.lines:
-            if line.transport is not None:
-                line.transport.close()
+        _close(self.lines)
 
     async def fan_out(self, request: bytes = _PING) -> None:
         """``request`` written to every node, then every reply awaited."""
@@ -162,14 +208,11 @@ class Floor:
         each time), each fan-out decided by a majority of replies as a lock's is;
         call :meth:`load_scripts` first.
         """
-        key = lock_key(b"aiolock:", name)
-        keys = (key, fence_key(key), *turn_keys(key))
+        keys, px, retention = _lock(name, ttl)
         token, floor = self._token, b"%d" % int(time.time() * 1_000_000)
-        px, retention = milliseconds(ttl), milliseconds(fence_retention(ttl))
         acquire = _command(
-            b"EVALSHA", ACQUIRE_SCRIPT.sha, b"2", *keys[:2], token,
-            b"%d" % px, b"%d" % retention, floor,
-        )  # fmt: skip
+            b"EVALSHA", ACQUIRE_SCRIPT.sha, b"2", *keys[:2], token, px, retention, floor
+        )
         release = _command(
             b"EVALSHA", RELEASE_TURN_SCRIPT.sha, b"%d" % len(keys), *keys, token, floor
         )
@@ -210,28 +253,17 @@ class Floor:
         connections. Untimed before each, every node is set up afresh: the key held,
         both processes in line. Call :meth:`load_scripts` first.
         """
-        key = lock_key(b"aiolock:", name)
-        keys = (key, fence_key(key), *turn_keys(key))
-        turns, live, offers = keys[2:]
-        px, retention = b"%d" % milliseconds(ttl), b"%d" % milliseconds(fence_retention(ttl))
+        channel = lock_key(b"aiolock:", name) + b":turn:" + GRANTEE
         listeners = [await _connect(url) for url in self._urls]
         try:
             for listener in listeners:
-                await listener.send(_command(b"SUBSCRIBE", key + b":turn:bb"))
+                await listener.send(_command(b"SUBSCRIBE", channel))
             out = []
             for _ in range(count):
-                now = b"%d" % int(time.time() * 1000)
-                due = b"%d" % (int(now) + 60_000)
-                await self.fan_out(_command(b"SET", key, self._token, b"PX", px))
-                await self.fan_out(_command(b"ZADD", turns, b"1", b"aa", b"2", b"bb"))
-                await self.fan_out(_command(b"ZADD", live, due, b"aa", due, b"bb"))
-                offer = b"bb 7 %s %s %s bb-token" % (px, retention, now)
-                await self.fan_out(_command(b"ZADD", offers, b"2", offer))
-                release = _command(
-                    b"EVALSHA", RELEASE_TURN_SCRIPT.sha, b"%d" % len(keys), *keys, self._token,
-                    b"%d" % int(time.time() * 1_000_000), b"60000", b"1", b"aa",
-                    b"8", px, retention, self._token,
-                )  # fmt: skip
+                setup, args = grant(name, self._token, ttl)
+                for command in setup:
+                    await self.fan_out(_command(*command))
+                release = _command(b"EVALSHA", RELEASE_TURN_SCRIPT.sha, *args)
                 started = time.perf_counter()
                 heard = [listener.next_message() for listener in listeners]
                 replies = [line.send(release) for line in self.lines]
@@ -248,9 +280,7 @@ class Floor:
                 await asyncio.gather(*heard)
             return out
         finally:
-            for listener in listeners:
-                if listener.transport is not None:
-                    listener.transport.close()
+            _close(listeners)
 
     async def handoffs(self, url: str, count: int) -> list[float]:
         """``count`` handoff floors, in seconds.
@@ -275,5 +305,4 @@ class Floor:
                 out.append(time.perf_counter() - started)
             return out
         finally:
-            if listener.transport is not None:
-                listener.transport.close()
+            _close([listener])
